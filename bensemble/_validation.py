@@ -42,6 +42,7 @@ __all__ = [
     "check_probability",
     "check_same_length",
     "check_finite",
+    "check_generator",
 ]
 
 #: Maximum allowed ``|sum_k p_k - 1|`` for a probability row (float32/float64 inputs).
@@ -83,10 +84,16 @@ def to_tensor(value: Any, name: str, fn: str) -> torch.Tensor:
 
 
 def check_finite(t: torch.Tensor, name: str, fn: str) -> torch.Tensor:
-    """Reject NaN / inf."""
-    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-        n_bad = int((~torch.isfinite(t)).sum())
-        raise ValueError(f"{fn}: `{name}` must be finite (got {n_bad} NaN/inf values)")
+    """Reject NaN / inf.
+
+    One ``aminmax`` pass (NaN propagates through it and +-inf shows up as a bound), which is
+    ~20x cheaper than materialising ``isfinite(t)``; the exact count is taken only on failure.
+    """
+    if t.is_floating_point() and t.numel() > 0:
+        lo, hi = torch.aminmax(t)
+        if not bool(torch.isfinite(lo) & torch.isfinite(hi)):
+            n_bad = int((~torch.isfinite(t)).sum())
+            raise ValueError(f"{fn}: `{name}` must be finite (got {n_bad} NaN/inf values)")
     return t
 
 
@@ -98,8 +105,13 @@ def as_float_tensor(
     ndim: int | tuple[int, ...] | None = None,
     dtype: torch.dtype | None = torch.float64,
     allow_empty: bool = False,
+    finite: bool = True,
 ) -> torch.Tensor:
-    """A finite floating tensor of the given rank, cast to ``dtype`` (``None`` keeps it)."""
+    """A finite floating tensor of the given rank, cast to ``dtype`` (``None`` keeps it).
+
+    ``finite=False`` skips the NaN/inf check for a caller that folds it into its own pass
+    (``as_probs`` does, in its range check).
+    """
     t = to_tensor(value, name, fn)
     if not (t.is_floating_point() or t.dtype in _INT_DTYPES):
         raise ValueError(f"{fn}: `{name}` must be a real-valued array (got dtype {t.dtype})")
@@ -114,7 +126,7 @@ def as_float_tensor(
         t = t.to(dtype)
     elif not t.is_floating_point():
         t = t.to(torch.get_default_dtype())
-    return check_finite(t, name, fn)
+    return check_finite(t, name, fn) if finite else t
 
 
 _INT_DTYPES = {
@@ -133,15 +145,24 @@ def _sum_tolerance(dtype: torch.dtype) -> float:
 def _check_simplex(
     t: torch.Tensor, name: str, fn: str, original_dtype: torch.dtype, dim: int = -1
 ) -> None:
-    lo, hi = float(t.min()), float(t.max())
-    if lo < 0.0 or hi > 1.0:
+    # One aminmax pass checks finiteness and range together: NaN propagates, so a NaN bound
+    # fails `lo >= 0 and hi <= 1` and check_finite then gives the NaN/inf message.
+    lo, hi = (float(v) for v in torch.aminmax(t))
+    if not (lo >= 0.0 and hi <= 1.0):
+        check_finite(t, name, fn)
         raise ValueError(
             f"{fn}: `{name}` must hold probabilities in [0, 1] (got values in [{lo:.4g}, {hi:.4g}])"
             "; if these are logits pass from_logits=True"
         )
     if t.shape[dim] < 2:
         return
-    deviation = float((t.sum(dim) - 1.0).abs().max())
+    if dim in (-1, t.ndim - 1) and t.dtype in (torch.float32, torch.float64):
+        # a BLAS matrix-vector product reads the rows ~2x faster than .sum(-1) for small K
+        row_sums = t @ torch.ones(t.shape[-1], dtype=t.dtype, device=t.device)
+    else:
+        row_sums = t.sum(dim)
+    s_lo, s_hi = (float(v) for v in torch.aminmax(row_sums))
+    deviation = max(s_hi - 1.0, 1.0 - s_lo)
     if deviation > _sum_tolerance(original_dtype):
         raise ValueError(
             f"{fn}: `{name}` must have rows summing to 1 (max deviation {deviation:.3g}); "
@@ -173,7 +194,8 @@ def as_probs(
     """
     t = to_tensor(value, name, fn)
     original_dtype = t.dtype if t.is_floating_point() else torch.float64
-    t = as_float_tensor(t, name, fn, ndim=ndim, dtype=dtype)
+    # Without from_logits the finite check is folded into _check_simplex's single min/max pass.
+    t = as_float_tensor(t, name, fn, ndim=ndim, dtype=dtype, finite=from_logits)
     if t.shape[-1] < min_classes:
         raise ValueError(
             f"{fn}: `{name}` must have at least {min_classes} classes on its last axis "
@@ -324,3 +346,24 @@ def check_option(value: Any, name: str, options: Iterable[str], fn: str) -> str:
         valid = ", ".join(repr(o) for o in options)
         raise ValueError(f"{fn}: `{name}` must be one of {valid} (got {value!r})")
     return value
+
+
+def check_generator(
+    generator: Any, seed: Any, fn: str, *, name: str = "generator"
+) -> torch.Generator | None:
+    """A ``torch.Generator`` from ``generator`` or ``seed`` (at most one of them), else ``None``.
+
+    ``seed`` (a non-negative int) gives a fresh CPU generator seeded with it; ``None`` for both
+    means "use torch's global random state".
+    """
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(
+            f"{fn}: `{name}` must be a torch.Generator or None (got {type(generator).__name__})"
+        )
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"{fn}: `seed` must be a non-negative integer or None (got {seed!r})")
+        if generator is not None:
+            raise ValueError(f"{fn}: pass either `{name}` or `seed`, not both (got both)")
+        return torch.Generator().manual_seed(int(seed))
+    return generator

@@ -1,1 +1,45 @@
-"""conformal."""
+"""Prediction sets with coverage guarantees (split conformal classification).
+
+* :class:`SplitConformalClassifier` - marginal or class-conditional (Mondrian) split conformal
+  sets from LAC, APS or RAPS scores (:mod:`bensemble.conformal.split`).
+* Scores of every label: :func:`lac_scores`, :func:`aps_scores`, :func:`raps_scores`.
+* Set quality: :func:`coverage`, :func:`mean_set_size`, :func:`empty_set_rate`,
+  :func:`per_class_coverage`, :func:`size_stratified_coverage`.
+* :func:`split_calibration` - keep temperature fitting and conformal calibration on separate data.
+"""
+
+from bensemble.conformal.data import CalibrationSplit, split_calibration
+from bensemble.conformal.metrics import (
+    SizeStratifiedCoverage,
+    coverage,
+    empty_set_rate,
+    mean_set_size,
+    per_class_coverage,
+    size_stratified_coverage,
+)
+from bensemble.conformal.scores import SCORES, aps_scores, lac_scores, raps_scores
+from bensemble.conformal.split import (
+    SplitConformalClassifier,
+    class_conditional_quantiles,
+    conformal_quantile,
+    conformal_rank,
+)
+
+__all__ = [
+    "SplitConformalClassifier",
+    "conformal_rank",
+    "conformal_quantile",
+    "class_conditional_quantiles",
+    "SCORES",
+    "lac_scores",
+    "aps_scores",
+    "raps_scores",
+    "coverage",
+    "mean_set_size",
+    "empty_set_rate",
+    "per_class_coverage",
+    "size_stratified_coverage",
+    "SizeStratifiedCoverage",
+    "CalibrationSplit",
+    "split_calibration",
+]

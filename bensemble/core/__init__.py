@@ -1,1 +1,40 @@
-"""core."""
+"""Producers of member predictions: :class:`Ensemble` and its member adapters.
+
+bensemble 0.2 import paths keep working: ``bensemble.core.ensemble.Ensemble``,
+``bensemble.core.member.{MemberAdapter, ExplicitMembers, StochasticMembers}`` and
+``bensemble.core.types.{Predictor, KLProvider, PosteriorSource, ...}``.
+"""
+
+from bensemble.core.ensemble import Ensemble
+from bensemble.core.member import (
+    DROPOUT_TYPES,
+    ExplicitMembers,
+    MemberAdapter,
+    SklearnMembers,
+    StochasticMembers,
+)
+from bensemble.core.packed import PackedMembers
+from bensemble.core.types import (
+    KLProvider,
+    MemberPredictions,
+    MemberSource,
+    PosteriorSource,
+    Predictions,
+    Predictor,
+)
+
+__all__ = [
+    "Ensemble",
+    "MemberAdapter",
+    "ExplicitMembers",
+    "StochasticMembers",
+    "SklearnMembers",
+    "PackedMembers",
+    "DROPOUT_TYPES",
+    "Predictor",
+    "KLProvider",
+    "PosteriorSource",
+    "MemberSource",
+    "Predictions",
+    "MemberPredictions",
+]

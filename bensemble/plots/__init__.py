@@ -1,1 +1,28 @@
-"""plots."""
+"""Matplotlib figures: compute with :mod:`bensemble.metrics`, then draw.
+
+Every ``*Display`` stores the arrays a compute function returned and draws them with
+``plot(ax=None, **kwargs)`` (keeping ``ax_`` / ``figure_``); the ``plot_*`` functions are thin
+shells that return a matplotlib ``Figure``. matplotlib is imported only inside this package.
+"""
+
+from bensemble.plots.epistemic import (
+    EpistemicReliabilityDisplay,
+    plot_epistemic_reliability_diagram,
+    plot_toy_maps,
+)
+from bensemble.plots.reliability import (
+    ReliabilityDisplay,
+    plot_reliability_diagram,
+    wilson_interval,
+)
+from bensemble.plots.selective import RiskCoverageDisplay
+
+__all__ = [
+    "EpistemicReliabilityDisplay",
+    "ReliabilityDisplay",
+    "RiskCoverageDisplay",
+    "plot_epistemic_reliability_diagram",
+    "plot_reliability_diagram",
+    "plot_toy_maps",
+    "wilson_interval",
+]

@@ -1,0 +1,261 @@
+"""Benchmark: the expected epistemic calibration error (EECE) with K-means binning.
+
+Workloads (the toy problem: ``bensemble.datasets.make_toy_gaussians``; members are ``H``
+logistic models with perturbed slope, offset and tilt - a coherent ensemble):
+
+* A: N = 40,000 points, H = 100 members, M = 200 bins.
+* B: N = 1,000,000 points, H = 10 members, M = 200 bins (issue 7, target 3).
+
+Implementations, all in this process on the same data:
+
+* ours - ``bensemble.metrics.expected_epistemic_calibration_error`` with its defaults
+  (backend "auto" = our torch K-means: greedy k-means++ and Lloyd in float32, fitted on a seeded
+  subsample of 50,000 rows when N is larger, then every row assigned to its nearest centroid in
+  float64, one matrix product per chunk; per-bin sums by ``bincount`` / ``index_add_``).
+* ours (sklearn / minibatch backend) - the same pipeline with the other fitting backends, for the
+  "switching backends" column (workload B only).
+* baseline - the straightforward numpy + scikit-learn implementation of the same formula that a
+  user would write: ``sklearn.cluster.KMeans(n_clusters=M, n_init=1, init="k-means++",
+  max_iter=300, tol=1e-4)`` fitted on *all* N rows, then a per-bin numpy loop.
+
+Agreement: the EECE relative to the baseline's, and the K-means inertia of each partition over
+all N rows (sum of squared distances to the nearest centroid) relative to the baseline's.
+
+Timing: ours is the median of ``--repeats`` runs (default 5) after one warm-up. The baseline is
+the median of ``--repeats`` runs for workload A, but runs ONCE (no warm-up) for workload B, where
+a single full scikit-learn fit takes about a minute. Memory: the peak resident-set increase
+during one call (Linux ``VmHWM`` after resetting it through ``/proc/self/clear_refs``, minus
+``VmRSS`` before the call); it covers torch, numpy and scikit-learn allocations alike, not
+Python objects that fit in already-mapped memory.
+
+Threads: torch, numpy/BLAS and scikit-learn's OpenMP are all limited to ``--threads`` (default
+1; the machine has 2 cores shared with other work).
+
+Run: ``python benchmarks/bench_eece.py [--threads 1] [--repeats 5] [--quick]``
+(``--quick``: N = 40,000 / 200,000 and 3 repeats).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from threadpoolctl import threadpool_limits
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bensemble.datasets import make_toy_gaussians  # noqa: E402
+from bensemble.metrics import expected_epistemic_calibration_error, fit_bins  # noqa: E402
+from bensemble.metrics._kmeans import kmeans_inertia  # noqa: E402
+
+try:  # the shared benchmark harness, when present
+    import _harness  # noqa: E402
+except ImportError:  # pragma: no cover - standalone use
+    _harness = None
+
+SPEED_TARGET = 20.0  # issue 7, target 3: >= 20x faster than full scikit-learn K-means at N = 1e6
+AGREEMENT = 0.05  # inertia and EECE within 5% of the full fit
+
+
+# ----------------------------------------------------------------------------- workload
+
+
+def make_workload(n: int, h: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Toy data and ``h`` coherent logistic members: ``p [H, N]`` float64, ``y [N]`` int64."""
+    data = make_toy_gaussians(n, seed=seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    slope = 1 + 0.3 * torch.randn(h, 1, generator=g, dtype=torch.float64)
+    shift = 0.5 * torch.randn(h, 1, generator=g, dtype=torch.float64)
+    tilt = 0.3 * torch.randn(h, 1, generator=g, dtype=torch.float64)
+    s, t = data.x.sum(1), data.x[:, 0] - data.x[:, 1]
+    p = torch.sigmoid(-(5 / 3) * slope * s + shift + tilt * t)
+    return p, data.y
+
+
+# ----------------------------------------------------------------------------- baseline
+
+
+def baseline_eece(p: np.ndarray, y: np.ndarray, n_bins: int, seed: int) -> tuple[float, float]:
+    """Full scikit-learn K-means on all rows, then a per-bin numpy loop (the paper's formula)."""
+    from sklearn.cluster import KMeans
+
+    x = p.T  # [N, H]
+    km = KMeans(
+        n_clusters=n_bins, n_init=1, init="k-means++", max_iter=300, tol=1e-4, random_state=seed
+    ).fit(x)
+    labels = km.labels_
+    eu = p.var(axis=0)
+    n = p.shape[1]
+    total = 0.0
+    for m in range(n_bins):
+        mask = labels == m
+        if not mask.any():
+            continue
+        acc = y[mask].mean()
+        conf = p[:, mask].mean(axis=1)
+        squared_error = np.mean((acc - conf) ** 2)
+        total += mask.sum() / n * abs(squared_error - eu[mask].mean())
+    return float(total), float(km.inertia_)
+
+
+# ----------------------------------------------------------------------------- measuring
+
+
+def _status() -> dict[str, int]:
+    out = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                key, value = line.split(":")
+                out[key] = int(value.split()[0]) * 1024
+    return out
+
+
+def peak_memory(fn) -> tuple[float | None, object]:
+    """Peak RSS increase (bytes) during ``fn()``, or None where /proc cannot be reset."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        before = _status()["VmRSS"]
+    except OSError:
+        return None, fn()
+    out = fn()
+    return float(_status()["VmHWM"] - before), out
+
+
+def measure(fn, repeats: int, warmup: int = 1) -> tuple[float, object]:
+    """Median wall time (s) over ``repeats`` runs after ``warmup`` runs, and the last output."""
+    out = None
+    for _ in range(warmup):
+        out = fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), out
+
+
+def _mb(value: float | None) -> str:
+    return "n/a" if value is None else f"{value / 2**20:.0f} MB"
+
+
+# ----------------------------------------------------------------------------- run
+
+
+def run(n: int, h: int, n_bins: int, repeats: int, baseline_repeats: int, backends: bool):
+    p, y = make_workload(n, h)
+    p_np, y_np = p.numpy(), y.numpy()
+    seed = 0
+    rows = []
+
+    def ours(backend: str = "auto"):
+        return expected_epistemic_calibration_error(
+            p, y, n_bins, seed=seed, backend=backend, return_details=True
+        )
+
+    if baseline_repeats > 1:
+        t_base, (v_base, inertia_base) = measure(
+            lambda: baseline_eece(p_np, y_np, n_bins, seed), baseline_repeats
+        )
+    else:
+        t_base, (v_base, inertia_base) = measure(
+            lambda: baseline_eece(p_np, y_np, n_bins, seed), 1, warmup=0
+        )
+    mem_base, _ = peak_memory(lambda: baseline_eece(p_np, y_np, n_bins, seed)) if n < 200_000 else (
+        None,
+        None,
+    )
+    rows.append(
+        {
+            "impl": f"baseline: full sklearn KMeans + numpy loop (x{baseline_repeats})",
+            "seconds": t_base,
+            "eece": v_base,
+            "inertia": inertia_base,
+            "memory": mem_base,
+        }
+    )
+    variants = [("ours (auto = torch)", "auto")]
+    if backends:
+        variants += [("ours, sklearn backend", "sklearn"), ("ours, minibatch backend", "minibatch")]
+    for label, backend in variants:
+        t, details = measure(lambda backend=backend: ours(backend), repeats)
+        mem, _ = peak_memory(lambda backend=backend: ours(backend))
+        centroids = fit_bins(p.T, n_bins, seed=seed, backend=backend)
+        rows.append(
+            {
+                "impl": f"{label} (median of {repeats})",
+                "seconds": t,
+                "eece": details.value,
+                "inertia": kmeans_inertia(p.T, centroids),
+                "memory": mem,
+                "settings": details.backend_settings,
+            }
+        )
+    print(
+        f"\nEECE, N = {n:,}, H = {h}, M = {n_bins} bins; threads = {torch.get_num_threads()}; "
+        f"ours fits on {rows[1]['settings']['n_fit_rows']:,} rows"
+    )
+    if baseline_repeats == 1:
+        print("(baseline run once, no warm-up: one full scikit-learn fit at this size)")
+    header = (
+        f"{'implementation':<58} {'seconds':>9} {'speed-up':>9} {'EECE':>10} "
+        f"{'dEECE':>7} {'inertia/base':>12} {'peak mem':>9}"
+    )
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        row["ratio"] = t_base / row["seconds"]
+        row["eece_rel"] = row["eece"] / v_base - 1
+        row["inertia_rel"] = row["inertia"] / inertia_base
+        print(
+            f"{row['impl']:<58} {row['seconds']:>9.3f} {row['ratio']:>8.1f}x {row['eece']:>10.6f} "
+            f"{row['eece_rel']:>+7.1%} {row['inertia_rel']:>12.4f} {_mb(row['memory']):>9}"
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="smaller N, 3 repeats")
+    parser.add_argument("--only", choices=["A", "B"], default=None, help="run one workload")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    repeats = 3 if args.quick else args.repeats
+    n_a, n_b = (10_000, 200_000) if args.quick else (40_000, 1_000_000)
+    results = {}
+    with threadpool_limits(args.threads):
+        if args.only in (None, "A"):
+            results["A"] = run(n_a, 100, 200, repeats, repeats, backends=False)
+        if args.only in (None, "B"):
+            results["B"] = run(n_b, 10, 200, repeats, 1, backends=True)
+    if "B" in results:
+        base, ours = results["B"][0], results["B"][1]
+        speed_ok = ours["ratio"] >= SPEED_TARGET
+        inertia_ok = abs(ours["inertia_rel"] - 1) <= AGREEMENT
+        eece_ok = abs(ours["eece_rel"]) <= AGREEMENT
+        print(
+            f"\nTarget 3 (N = {base and n_b:,}, H = 10): speed-up {ours['ratio']:.1f}x "
+            f"(>= {SPEED_TARGET:g}x: {'met' if speed_ok else 'MISSED'}); inertia "
+            f"{ours['inertia_rel']:.4f} of the full fit (within 5%: "
+            f"{'met' if inertia_ok else 'MISSED'}); EECE {ours['eece_rel']:+.2%} "
+            f"(within 5%: {'met' if eece_ok else 'MISSED'})"
+        )
+    if "A" in results:
+        a = results["A"]
+        print(
+            f"Workload A (N = {n_a:,}, H = 100): ours {a[1]['ratio']:.1f}x the baseline's speed "
+            f"({'not slower' if a[1]['ratio'] >= 1 else 'SLOWER'})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

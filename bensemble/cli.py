@@ -1,0 +1,61 @@
+"""The ``bensemble`` command.
+
+Sub-commands::
+
+    bensemble --version
+    bensemble demo [--quick] [--out DIR] [--seed N]
+    bensemble evaluate PREDICTIONS --labels LABELS [--logits] [--calibration-split FRACTION]
+                       [--alpha 0.1] [--n-bins 15] [--seed N] [--out DIR] [--json] ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import bensemble
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bensemble",
+        description="How far can you trust a classifier? Ensembles, calibration, epistemic "
+        "calibration and conformal prediction sets.",
+    )
+    parser.add_argument("--version", action="version", version=f"bensemble {bensemble.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help="train small ensembles on embedded data and report")
+    demo.add_argument("--quick", action="store_true", help="a sub-30-second version")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--out", default="bensemble-report", help="report folder")
+
+    from bensemble.experiments.evaluate import add_evaluate_parser
+
+    add_evaluate_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the process exit status."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    if args.command == "demo":
+        from bensemble.experiments.demo import run_demo
+
+        run_demo(quick=args.quick, seed=args.seed, out=args.out)
+        return 0
+    if args.command == "evaluate":
+        from bensemble.experiments.evaluate import run_evaluate
+
+        return run_evaluate(args)
+    parser.error(f"unknown command {args.command!r}")  # pragma: no cover
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""Machinery behind :class:`bensemble.core.member.StochasticMembers`.
+
+* :data:`DROPOUT_TYPES` - every torch dropout module kind.
+* :func:`stochastic_kind` / :func:`kinds_present` - what a model can sample.
+* :class:`SamplingSession` - a context manager that puts every module in eval mode, switches on
+  only the selected stochastic modules, and restores every module's own flags in ``finally``.
+* Per-pass dropout masks: dropout modules stay in eval mode (an identity) and a forward hook
+  multiplies their input by a mask drawn from the current pass's generator. With
+  ``mask="per_pass"`` the mask has a batch axis of size 1, so all rows of a batch share it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import torch
+from torch import nn
+
+from bensemble.layers.base import StochasticLayer, bernoulli_mask
+
+__all__ = [
+    "DROPOUT_TYPES",
+    "stochastic_kind",
+    "kinds_present",
+    "draw_seeds",
+    "pass_generators",
+    "SamplingSession",
+]
+
+#: Every dropout module of torch; ``mode="dropout"`` switches on all of them.
+DROPOUT_TYPES: tuple[type[nn.Module], ...] = (
+    nn.Dropout,
+    nn.Dropout1d,
+    nn.Dropout2d,
+    nn.Dropout3d,
+    nn.AlphaDropout,
+    nn.FeatureAlphaDropout,
+)
+# Kinds that drop whole channels: the mask is [N, C, 1, ..., 1].
+_CHANNEL_TYPES = (nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.FeatureAlphaDropout)
+# Kinds that keep SELU's mean and variance: dropped units go to the saturation value.
+_ALPHA_TYPES = (nn.AlphaDropout, nn.FeatureAlphaDropout)
+# -(SELU's negative saturation): lambda * alpha of Klambauer et al. (2017).
+_SELU_SATURATION = 1.7580993408473766
+
+
+def stochastic_kind(module: nn.Module) -> str | None:
+    """``"dropout"`` for torch dropout modules, ``stochastic_kind`` for a StochasticLayer."""
+    if isinstance(module, DROPOUT_TYPES):
+        return "dropout"
+    if isinstance(module, StochasticLayer):
+        return module.stochastic_kind
+    return None
+
+
+def kinds_present(modules: Iterable[nn.Module]) -> set[str]:
+    """The set of stochastic kinds among ``modules``."""
+    return {k for k in map(stochastic_kind, modules) if k is not None}
+
+
+def draw_seeds(n: int, generator: torch.Generator | None) -> list[int]:
+    """``n`` seeds, one per forward pass, from ``generator`` (or torch's global state)."""
+    if generator is None:
+        seeds = torch.randint(0, 2**62, (n,), dtype=torch.int64)
+    else:
+        seeds = torch.randint(
+            0, 2**62, (n,), dtype=torch.int64, generator=generator, device=generator.device
+        )
+    return seeds.tolist()
+
+
+def pass_generators(seeds: Sequence[int], device: torch.device) -> list[torch.Generator]:
+    """One generator per forward pass: pass ``m`` draws all its noise from ``seeds[m]``.
+
+    Giving every pass its own stream makes member ``m`` depend only on its seed, not on the
+    order in which members are computed (loop or several members per forward pass).
+    """
+    return [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
+
+
+def _mask_shape(module: nn.Module, shape: Sequence[int], per_pass: bool) -> list[int]:
+    """Shape of a dropout mask for an input of ``shape`` (batch axis first when there is one)."""
+    shape = list(shape)
+    ndim = len(shape)
+    if isinstance(module, _CHANNEL_TYPES):
+        unbatched = (isinstance(module, nn.Dropout1d) and ndim == 2) or (
+            isinstance(module, nn.Dropout3d) and ndim == 4
+        )
+        if unbatched:  # [C, *spatial]: one input, one channel mask
+            return [shape[0]] + [1] * (ndim - 1)
+        mask = shape[:2] + [1] * (ndim - 2)
+    else:
+        if ndim < 2:  # a single unbatched feature vector
+            return shape
+        mask = shape
+    if per_pass:
+        mask[0] = 1
+    return mask
+
+
+class _DropoutMask:
+    """Forward hook on a dropout module in eval mode: applies a mask from the session."""
+
+    def __init__(self, session: SamplingSession) -> None:
+        self.session = session
+
+    def __call__(self, module: nn.Module, inputs: tuple, output: torch.Tensor) -> torch.Tensor:
+        x = inputs[0]
+        p = float(module.p)
+        if p == 0.0:
+            return output
+        if p == 1.0:
+            return torch.zeros_like(x)
+        per_pass = self.session.per_pass
+        gens = self.session.generators
+        k = len(gens)
+
+        def draw(shape: Sequence[int], g: torch.Generator) -> torch.Tensor:
+            return bernoulli_mask(shape, 1.0 - p, device=x.device, dtype=x.dtype, generator=g)
+
+        if k == 1:
+            keep = draw(_mask_shape(module, x.shape, per_pass), gens[0])
+        else:  # x holds k stacked copies of the batch; copy i uses generator i
+            rows = x.shape[0] // k
+            one = _mask_shape(module, (rows, *x.shape[1:]), per_pass)
+            keep = torch.cat([draw(one, g) for g in gens])
+            if per_pass:
+                keep = keep.repeat_interleave(rows, dim=0)
+        if isinstance(module, _ALPHA_TYPES):
+            # Kept units: a * x + a * s * p; dropped units: a * s * (p - 1), s = SELU saturation.
+            a = 1.0 / math.sqrt((_SELU_SATURATION**2 * p + 1.0) * (1.0 - p))
+            return a * (x * keep + _SELU_SATURATION * (keep - 1.0 + p))
+        return x * (keep / (1.0 - p))
+
+
+class SamplingSession:
+    """Eval mode for every module, selected stochastic modules on; exact restore on exit.
+
+    Args:
+        modules: every module whose flags the session may touch (deduplicated by the caller).
+        kinds: stochastic kinds to switch on (``"dropout"`` and/or StochasticLayer kinds).
+        per_pass: one dropout mask per pass shared by the batch (else one per row).
+        native_dropout: for per-row masks without a generator, use torch's own dropout (the
+            dropout modules are put in train mode) instead of the masking hook.
+    """
+
+    def __init__(
+        self,
+        modules: Sequence[nn.Module],
+        kinds: Iterable[str],
+        *,
+        per_pass: bool,
+        native_dropout: bool = False,
+    ) -> None:
+        self.modules = list(modules)
+        self.kinds = frozenset(kinds)
+        self.per_pass = per_pass
+        self.native_dropout = native_dropout and not per_pass
+        self.generators: list[torch.Generator | None] = [None]
+        self.layers = [
+            m
+            for m in self.modules
+            if isinstance(m, StochasticLayer) and m.stochastic_kind in self.kinds
+        ]
+        self.dropouts = (
+            [m for m in self.modules if isinstance(m, DROPOUT_TYPES)]
+            if "dropout" in self.kinds
+            else []
+        )
+        self._flags: list[tuple[nn.Module, bool]] = []
+        self._layer_state: list[tuple] = []
+        self._hooks: list = []
+
+    def __enter__(self) -> SamplingSession:
+        self._flags = [(m, m.training) for m in self.modules]
+        self._layer_state = [
+            (m, m.force_sample, m.sample_generator, m.sample_replicas) for m in self.layers
+        ]
+        try:
+            for m in self.modules:
+                m.training = False
+            for m in self.layers:
+                m.force_sample = True
+            for m in self.dropouts:
+                if self.native_dropout:
+                    m.training = True
+                else:
+                    self._hooks.append(m.register_forward_hook(_DropoutMask(self)))
+        except BaseException:
+            self._restore()
+            raise
+        return self
+
+    def set_generators(self, generators: Sequence[torch.Generator | None]) -> None:
+        """Noise source of the next forward pass: one generator, or one per stacked copy."""
+        self.generators = list(generators)
+        replicas = len(self.generators) > 1
+        for m in self.layers:
+            m.sample_generator = None if replicas else self.generators[0]
+            m.sample_replicas = self.generators if replicas else None
+
+    def _restore(self) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+        for m, force, gen, replicas in self._layer_state:
+            m.force_sample = force
+            m.sample_generator = gen
+            m.sample_replicas = replicas
+        for m, flag in self._flags:
+            m.training = flag
+
+    def __exit__(self, *exc: object) -> None:
+        self._restore()

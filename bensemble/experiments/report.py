@@ -1,0 +1,308 @@
+"""A small report writer shared by ``bensemble demo``, ``evaluate`` and ``reproduce``.
+
+A report is a folder of tables (each as Markdown, CSV and JSON) and PNG figures. Every file is
+written atomically: the content goes to a temporary file in the same folder, which is then
+renamed over the target with :func:`os.replace`, so a reader never sees a half-written file and
+an interrupted run leaves no temporary file behind. The folder itself is created only when the
+first file is written, so a run that fails before writing leaves nothing on disk.
+
+Example:
+    >>> import tempfile
+    >>> from bensemble.experiments.report import Report, format_table
+    >>> rows = [{"method": "ensemble", "accuracy": 0.91234, "n": 400}]
+    >>> print(format_table(rows))
+    method    accuracy    n
+    --------  --------  ---
+    ensemble    0.9123  400
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     written = Report(tmp + "/report").add_table("metrics", rows, title="Test metrics")
+    ...     sorted(p.name for p in written)
+    ['metrics.csv', 'metrics.json', 'metrics.md']
+
+matplotlib is imported only when a figure is added.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = [
+    "Report",
+    "atomic_write",
+    "atomic_write_text",
+    "format_table",
+    "format_value",
+    "markdown_table",
+    "table_columns",
+    "to_json",
+]
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+_TMP_PREFIX = ".bensemble-tmp-"
+
+
+# --------------------------------------------------------------------------- atomic writes
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> Path:
+    """Write a file atomically: ``write(handle)`` fills a temp file that then replaces ``path``.
+
+    The temporary file lives in the target's folder (so :func:`os.replace` is a rename on one
+    file system) and is removed if ``write`` raises. The parent folder must exist.
+
+    Args:
+        path: The final file.
+        write: Called with a binary file handle open for writing.
+
+    Returns:
+        ``Path(path)``.
+    """
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return target
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write UTF-8 ``text`` to ``path`` atomically (see :func:`atomic_write`)."""
+    data = text.encode("utf-8")
+    return atomic_write(path, lambda handle: handle.write(data))
+
+
+# --------------------------------------------------------------------------- formatting
+def _plain(value: Any) -> Any:
+    """numpy / torch scalars -> Python scalars; everything else unchanged."""
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 0) == 0:
+        try:
+            return value.item()
+        except (TypeError, ValueError):  # pragma: no cover - exotic scalar types
+            return value
+    return value
+
+
+def format_value(value: Any, digits: int = 4) -> str:
+    """One table cell: floats to ``digits`` decimals, ``None``/NaN as ``-``, others as ``str``."""
+    value = _plain(value)
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def table_columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The union of the rows' keys, in first-seen order."""
+    columns: dict[str, None] = {}
+    for row in rows:
+        for key in row:
+            columns.setdefault(str(key), None)
+    return list(columns)
+
+
+def _is_number(value: Any) -> bool:
+    value = _plain(value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _cells(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None, digits: int
+) -> tuple[list[str], list[list[str]], list[bool]]:
+    cols = list(columns) if columns is not None else table_columns(rows)
+    body = [[format_value(row.get(c), digits) for c in cols] for row in rows]
+    numeric = [
+        all(_is_number(row.get(c)) or row.get(c) is None for row in rows)
+        and any(_is_number(row.get(c)) for row in rows)
+        for c in cols
+    ]
+    return cols, body, numeric
+
+
+def format_table(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, digits: int = 4
+) -> str:
+    """Rows of dicts as an aligned plain-text table (numbers right-aligned, text left-aligned).
+
+    Args:
+        rows: One dict per row; a missing key is shown as ``-``.
+        columns: Column order; default is :func:`table_columns`.
+        digits: Decimals for floats.
+    """
+    if not rows:
+        return "(no rows)"
+    cols, body, numeric = _cells(rows, columns, digits)
+    widths = [max(len(c), *(len(r[j]) for r in body)) for j, c in enumerate(cols)]
+
+    def line(cells: Iterable[str]) -> str:
+        parts = [
+            cell.rjust(w) if num else cell.ljust(w) for cell, w, num in zip(cells, widths, numeric)
+        ]
+        return "  ".join(parts).rstrip()
+
+    out = [line(cols), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in body]
+    return "\n".join(out)
+
+
+def markdown_table(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, digits: int = 4
+) -> str:
+    """Rows of dicts as a GitHub-flavoured Markdown table (numeric columns right-aligned)."""
+    if not rows:
+        return "_(no rows)_\n"
+    cols, body, numeric = _cells(rows, columns, digits)
+
+    def esc(cell: str) -> str:
+        return cell.replace("|", "\\|").replace("\n", " ")
+
+    out = ["| " + " | ".join(esc(c) for c in cols) + " |"]
+    out.append("|" + "|".join("---:" if num else ":---" for num in numeric) + "|")
+    out += ["| " + " | ".join(esc(c) for c in r) + " |" for r in body]
+    return "\n".join(out) + "\n"
+
+
+def _json_safe(value: Any) -> Any:
+    """Recursively make ``value`` strict-JSON serialisable (non-finite floats -> ``None``)."""
+    value = _plain(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if hasattr(value, "tolist"):  # numpy arrays / tensors
+        return _json_safe(value.tolist())
+    return value
+
+
+def to_json(value: Any, indent: int | None = 2) -> str:
+    """Strict JSON text (no NaN/Infinity tokens) for nested dicts/lists of scalars."""
+    return json.dumps(_json_safe(value), indent=indent, allow_nan=False)
+
+
+# --------------------------------------------------------------------------- the report
+class Report:
+    """A report folder of tables and figures, every file written atomically.
+
+    Args:
+        out_dir: The folder; created (with parents) when the first file is written.
+
+    Attributes:
+        out_dir: The folder as a :class:`~pathlib.Path`.
+        files: Every file written so far, in order.
+    """
+
+    def __init__(self, out_dir: str | os.PathLike) -> None:
+        self.out_dir = Path(out_dir)
+        self.files: list[Path] = []
+
+    # paths ---------------------------------------------------------------
+    def path(self, name: str, ext: str) -> Path:
+        """The file for ``name`` + ``ext`` (``".png"``); ``name`` must be a plain file stem."""
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise ValueError(
+                f"Report: `name` must be a file stem of letters, digits, '_', '-', '.' "
+                f"(got {name!r})"
+            )
+        return self.out_dir / f"{name}{ext}"
+
+    def _ensure_dir(self) -> None:
+        if self.out_dir.exists() and not self.out_dir.is_dir():
+            raise ValueError(f"Report: `out_dir` {self.out_dir} exists and is not a folder")
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+
+    def _record(self, path: Path) -> Path:
+        if path not in self.files:
+            self.files.append(path)
+        return path
+
+    # writers -------------------------------------------------------------
+    def add_text(self, filename: str, text: str) -> Path:
+        """Write ``text`` to ``out_dir/filename`` atomically (``filename`` includes the suffix)."""
+        stem, dot, ext = filename.rpartition(".")
+        path = self.path(stem, dot + ext) if dot and stem else self.path(filename, "")
+        self._ensure_dir()
+        return self._record(atomic_write_text(path, text))
+
+    def add_json(self, name: str, obj: Any) -> Path:
+        """Write ``obj`` as strict JSON to ``name.json`` (non-finite floats become ``null``)."""
+        return self.add_text(f"{name}.json", to_json(obj) + "\n")
+
+    def add_table(
+        self,
+        name: str,
+        rows: Sequence[Mapping[str, Any]],
+        title: str | None = None,
+        columns: Sequence[str] | None = None,
+        digits: int = 4,
+    ) -> list[Path]:
+        """Write one table as ``name.md``, ``name.csv`` and ``name.json``.
+
+        The Markdown rounds floats to ``digits`` decimals; CSV and JSON keep full precision.
+        The JSON file is ``{"title": ..., "columns": [...], "rows": [...]}``.
+
+        Returns:
+            The three paths written.
+        """
+        rows = [dict(r) for r in rows]
+        cols = list(columns) if columns is not None else table_columns(rows)
+        paths = [self.path(name, ext) for ext in (".md", ".csv", ".json")]  # validates name
+        heading = f"## {title}\n\n" if title else ""
+        md = heading + markdown_table(rows, cols, digits)
+
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(cols)
+        for row in rows:
+            cells = []
+            for c in cols:
+                v = _plain(row.get(c))
+                cells.append("" if v is None else repr(v) if isinstance(v, float) else v)
+            writer.writerow(cells)
+
+        payload = {"title": title, "columns": cols, "rows": rows}
+        self._ensure_dir()
+        written = [
+            atomic_write_text(paths[0], md),
+            atomic_write_text(paths[1], buffer.getvalue()),
+            atomic_write_text(paths[2], to_json(payload) + "\n"),
+        ]
+        return [self._record(p) for p in written]
+
+    def add_figure(self, name: str, fig: Any, *, dpi: int = 120, close: bool = True) -> Path:
+        """Save a matplotlib figure as ``name.png`` atomically, then close it (``close=True``)."""
+        path = self.path(name, ".png")
+        try:
+            self._ensure_dir()
+            atomic_write(path, lambda handle: fig.savefig(handle, format="png", dpi=dpi))
+        finally:
+            if close:
+                import matplotlib.pyplot as plt
+
+                plt.close(fig)
+        return self._record(path)

@@ -1,0 +1,186 @@
+"""The nine uncertainty methods of Hoarau's epistemic-calibration paper, behind one call.
+
+:func:`member_probs` trains one method on ``(x_train, y_train)`` and returns its member
+predictions ``[H, N, K]`` on ``x_eval``: the currency every metric consumes. It is glue over the
+public API only (``bensemble.methods``, ``bensemble.core.Ensemble``); the experiments, the demo
+and the tests share it so that every table uses the same settings.
+
+Hyper-parameters follow the paper's appendix B.1.1: hidden layers ``(100, 20)``, Adam, 20
+epochs, 10 deep-ensemble members, MC dropout ``p = (0.3, 0.2)`` on the last two layers,
+DropConnect ``p = 0.3``, last-layer Laplace with 100 samples, 100 trees with
+``min_samples_leaf = 5``, Bayesian logistic regression with prior ``N(0, 0.5)``, centroids with
+``sigma = sqrt(10)``, 10-NN relative likelihood, EK-NN with ``k = 12, alpha = 0.4, beta = 0.5``.
+The illustrative methods are binary only (as in the paper).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from bensemble._validation import as_float_tensor, as_labels, check_option
+from bensemble.core import Ensemble
+from bensemble.methods.bayesian_logistic import BayesianLogisticRegression
+from bensemble.methods.centroids import Centroids
+from bensemble.methods.deep_ensemble import train_ensemble, train_model
+from bensemble.methods.evidential_knn import EvidentialKNN
+from bensemble.methods.forest import RandomForestMembers
+from bensemble.methods.laplace import LastLayerLaplace
+from bensemble.methods.mlp import make_mlp
+from bensemble.methods.relative_likelihood import RelativeLikelihood
+
+__all__ = [
+    "ACTIVE_METHODS",
+    "ILLUSTRATIVE_METHODS",
+    "PAPER_ORDER",
+    "ZooSettings",
+    "member_probs",
+]
+
+#: The paper's column order (tables 1 and 2).
+PAPER_ORDER = (
+    "Centroids",
+    "DropConnect",
+    "Bayesian Log. Reg.",
+    "Likelihood",
+    "EK-NN",
+    "Random Forest",
+    "MC-Dropout",
+    "Deep Ensemble",
+    "Bayesian Deep",
+)
+#: Methods whose EU is the variance of a second-order distribution.
+ACTIVE_METHODS = (
+    "Deep Ensemble",
+    "MC-Dropout",
+    "DropConnect",
+    "Bayesian Deep",
+    "Bayesian Log. Reg.",
+    "Random Forest",
+)
+#: Methods with another notion of EU, turned into members by phi ~ N(h(x), sqrt(EU(x))).
+ILLUSTRATIVE_METHODS = ("Centroids", "Likelihood", "EK-NN")
+
+
+@dataclass(frozen=True)
+class ZooSettings:
+    """Settings shared by the nine methods (defaults: the paper's appendix B.1.1)."""
+
+    epochs: int = 20
+    batch_size: int = 32
+    hidden: tuple[int, ...] = (100, 20)
+    n_members: int = 10
+    n_samples: int = 100
+    dropout: tuple[float, ...] = (0.3, 0.2)
+    dropconnect_p: float = 0.3
+    n_trees: int = 100
+    min_samples_leaf: int = 5
+    blr_draws: int = 1000
+    blr_burn_in: int = 500
+    progress: bool = False
+
+    @classmethod
+    def quick(cls, **overrides: Any) -> ZooSettings:
+        """Smaller settings for tests and ``--quick`` runs (same structure, fewer draws)."""
+        base = cls(
+            epochs=10, n_members=5, n_samples=30, n_trees=30, blr_draws=300, blr_burn_in=200
+        )
+        return replace(base, **overrides)
+
+
+def _train_net(model, x, y, settings: ZooSettings, seed: int):
+    return train_model(
+        model,
+        (x, y),
+        epochs=settings.epochs,
+        batch_size=settings.batch_size,
+        seed=seed,
+        progress=settings.progress,
+    )
+
+
+def member_probs(
+    method: str,
+    x_train: Any,
+    y_train: Any,
+    x_eval: Any,
+    *,
+    settings: ZooSettings | None = None,
+    seed: int = 0,
+) -> torch.Tensor:
+    """Train ``method`` and return its member probabilities on ``x_eval``.
+
+    Args:
+        method: one of :data:`PAPER_ORDER`.
+        x_train: training inputs ``[N_train, D]``.
+        y_train: integer labels ``[N_train]``.
+        x_eval: evaluation inputs ``[N, D]``; pass every split you will score (calibration and
+            test) in one call so that all of them see the *same* members.
+        settings: hyper-parameters (default: the paper's).
+        seed: seeds training, sampling and data order.
+
+    Returns:
+        member probabilities ``[H, N, K]`` (float64).
+    """
+    fn = "member_probs"
+    method = check_option(method, "method", PAPER_ORDER, fn)
+    settings = settings or ZooSettings()
+    x_tr = as_float_tensor(x_train, "x_train", fn, ndim=2, dtype=torch.float32)
+    y_tr = as_labels(y_train, "y_train", fn, n=x_tr.shape[0])
+    x_ev = as_float_tensor(x_eval, "x_eval", fn, ndim=2, dtype=torch.float32)
+    n_features, n_classes = x_tr.shape[1], int(y_tr.max()) + 1
+    n_classes = max(n_classes, 2)
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+
+    if method == "Deep Ensemble":
+        members = train_ensemble(
+            lambda: make_mlp(n_features, n_classes, settings.hidden),
+            (x_tr, y_tr),
+            n_members=settings.n_members,
+            epochs=settings.epochs,
+            batch_size=settings.batch_size,
+            seed=seed,
+            progress=settings.progress,
+        )
+        with torch.no_grad():
+            out = Ensemble.from_models(members).predict_member_probs(x_ev)
+    elif method in ("MC-Dropout", "DropConnect"):
+        if method == "MC-Dropout":
+            net = make_mlp(n_features, n_classes, settings.hidden, dropout=settings.dropout)
+            mode = "dropout"
+        else:
+            net = make_mlp(n_features, n_classes, settings.hidden, dropconnect_p=settings.dropconnect_p)
+            mode = "dropconnect"
+        net = _train_net(net, x_tr, y_tr, settings, seed)
+        ensemble = Ensemble.from_stochastic(
+            net, num_samples=settings.n_samples, mode=mode, mask="per_pass", generator=g
+        )
+        out = ensemble.predict_member_probs(x_ev)
+    elif method == "Bayesian Deep":
+        net = _train_net(make_mlp(n_features, n_classes, settings.hidden), x_tr, y_tr, settings, seed)
+        laplace = LastLayerLaplace(net, generator=g).fit((x_tr, y_tr))
+        out = laplace.sample_members(x_ev, settings.n_samples, generator=g)
+    elif method == "Random Forest":
+        forest = RandomForestMembers(
+            n_estimators=settings.n_trees,
+            min_samples_leaf=settings.min_samples_leaf,
+            random_state=seed,
+        ).fit(x_tr.double(), y_tr)
+        out = forest.sample_members(x_ev.double())
+    elif method == "Bayesian Log. Reg.":
+        blr = BayesianLogisticRegression(
+            prior_var=0.5, n_samples=settings.blr_draws, burn_in=settings.blr_burn_in, seed=seed
+        ).fit(x_tr.double(), y_tr)
+        out = blr.sample_members(x_ev.double(), n=min(settings.n_samples, settings.blr_draws))
+    else:
+        estimator = {
+            "Centroids": Centroids,
+            "Likelihood": RelativeLikelihood,
+            "EK-NN": EvidentialKNN,
+        }[method]()
+        estimator.fit(x_tr.double(), y_tr)
+        out = estimator.sample_members(x_ev.double(), settings.n_samples, generator=g)
+    return out.detach().to(torch.float64)

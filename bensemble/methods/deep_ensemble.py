@@ -1,0 +1,240 @@
+"""A small, honest training helper for deep ensembles (Lakshminarayanan et al. 2017).
+
+Members share the architecture, the data, the optimiser and the number of epochs; they differ
+*only* by their random initialisation and the order in which the training data is visited, as in
+the epistemic-calibration paper (appendix B.1.1). Member ``m`` is a deterministic function of two
+seeds drawn from the ensemble's generator: one seeds the initialisation (``make_model()`` runs
+under a forked, seeded global RNG) and one the shuffling of every epoch (and any stochastic layer,
+such as dropout, during its training). The ensemble's predictive is the member average
+``p(y | x) = (1/M) sum_m softmax(f_m(x))``. This is a convenience, not a framework: train members
+however you like and wrap them with ``Ensemble.from_models``.
+
+Reference: B. Lakshminarayanan, A. Pritzel and C. Blundell (2017), "Simple and scalable predictive
+uncertainty estimation using deep ensembles", NeurIPS 30.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+from tqdm.auto import tqdm
+
+from bensemble._validation import (
+    as_labels,
+    check_finite,
+    check_generator,
+    check_positive_int,
+    check_same_length,
+    to_tensor,
+)
+
+__all__ = ["train_model", "train_ensemble"]
+
+OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+_SEED_HIGH = 2**62
+
+
+def _default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    return torch.optim.Adam(params, lr=1e-3)
+
+
+def train_model(
+    model: nn.Module,
+    data,
+    *,
+    epochs: int = 20,
+    batch_size: int = 32,
+    optimizer: OptimizerFactory | None = None,
+    loss_fn: LossFn | None = None,
+    generator: torch.Generator | None = None,
+    seed: int | None = None,
+    progress: bool = False,
+) -> nn.Module:
+    """Train one classifier by minibatch gradient descent; return it in eval mode.
+
+    Args:
+        model: the network (trained in place) mapping a batch of inputs to logits ``[B, K]``.
+        data: a pair ``(X, y)`` of tensors / arrays (``y`` integer labels ``[N]``) or a torch
+            ``Dataset`` of ``(x, y)`` items.
+        epochs: passes over the data.
+        batch_size: minibatch size (the last batch of an epoch may be smaller).
+        optimizer: factory ``params -> torch.optim.Optimizer`` (default Adam, ``lr = 1e-3``).
+        loss_fn: ``loss_fn(logits, y) -> scalar`` (default cross-entropy, mean over the batch).
+        generator: random source of the data order and of stochastic layers during training.
+        seed: alternative to ``generator``.
+        progress: show a tqdm bar over epochs.
+
+    The global RNG is forked (and restored afterwards), so training draws nothing from it when a
+    generator or seed is given.
+    """
+    fn = "train_model"
+    _check_module(model, "model", fn)
+    g = check_generator(generator, seed, fn)
+    config = _TrainConfig(fn, epochs, batch_size, optimizer, loss_fn)
+    dataset = _as_dataset(data, fn)
+    with tqdm(total=config.epochs, disable=not progress, desc="training", leave=False) as bar:
+        _train(model, dataset, config, _draw_seed(g), bar)
+    return model
+
+
+def train_ensemble(
+    make_model: Callable[[], nn.Module],
+    data,
+    n_members: int = 10,
+    epochs: int = 20,
+    batch_size: int = 32,
+    optimizer: OptimizerFactory | None = None,
+    loss_fn: LossFn | None = None,
+    generator: torch.Generator | None = None,
+    seed: int | None = None,
+    progress: bool = True,
+) -> list[nn.Module]:
+    """Train ``n_members`` networks that differ only by initialisation and data order.
+
+    Args:
+        make_model: callable with no argument returning a fresh (randomly initialised) network.
+        data: a pair ``(X, y)`` of tensors / arrays or a torch ``Dataset`` of ``(x, y)`` items.
+        n_members: ensemble size (the paper uses 10).
+        epochs, batch_size, optimizer, loss_fn: as in :func:`train_model`.
+        generator: random source of the per-member seeds (``None``: torch's global RNG).
+        seed: alternative to ``generator``.
+        progress: show a tqdm bar over all members' epochs.
+
+    Returns:
+        the trained members, in eval mode.
+
+    Example:
+        >>> x, y = torch.randn(30, 2), torch.randint(0, 2, (30,))
+        >>> members = train_ensemble(lambda: nn.Linear(2, 2), (x, y), n_members=3, epochs=2,
+        ...                          seed=0, progress=False)
+        >>> len(members), members[0].training
+        (3, False)
+    """
+    fn = "train_ensemble"
+    if not callable(make_model):
+        raise ValueError(f"{fn}: `make_model` must be callable (got {type(make_model).__name__})")
+    n_members = check_positive_int(n_members, "n_members", fn)
+    g = check_generator(generator, seed, fn)
+    config = _TrainConfig(fn, epochs, batch_size, optimizer, loss_fn)
+    dataset = _as_dataset(data, fn)
+    seeds = torch.randint(0, _SEED_HIGH, (n_members, 2), generator=g).tolist()
+    members = []
+    total = n_members * config.epochs
+    with tqdm(total=total, disable=not progress, desc="deep ensemble") as bar:
+        for init_seed, order_seed in seeds:
+            with _forked_rng(init_seed):
+                model = make_model()
+            _check_module(model, "make_model()", fn)
+            _train(model, dataset, config, order_seed, bar)
+            members.append(model)
+    return members
+
+
+class _TrainConfig:
+    """Validated training hyper-parameters shared by the two entry points."""
+
+    def __init__(self, fn, epochs, batch_size, optimizer, loss_fn) -> None:
+        self.epochs = check_positive_int(epochs, "epochs", fn)
+        self.batch_size = check_positive_int(batch_size, "batch_size", fn)
+        if optimizer is not None and not callable(optimizer):
+            raise ValueError(
+                f"{fn}: `optimizer` must be a factory params -> Optimizer (got {optimizer!r:.60})"
+            )
+        if loss_fn is not None and not callable(loss_fn):
+            raise ValueError(f"{fn}: `loss_fn` must be callable (got {loss_fn!r:.60})")
+        self.optimizer = optimizer or _default_optimizer
+        self.loss_fn = loss_fn or nn.functional.cross_entropy
+        self.fn = fn
+
+
+def _train(model: nn.Module, dataset, config: _TrainConfig, seed: int, bar) -> None:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError(f"{config.fn}: the model must have trainable parameters (got none)")
+    opt = config.optimizer(params)
+    if not isinstance(opt, torch.optim.Optimizer):
+        raise ValueError(
+            f"{config.fn}: `optimizer` must return a torch.optim.Optimizer "
+            f"(got {type(opt).__name__})"
+        )
+    reference = params[0]
+    order = torch.Generator().manual_seed(seed)
+    with _forked_rng(seed ^ 0x5EED):
+        model.train()
+        try:
+            for _ in range(config.epochs):
+                total, count = 0.0, 0
+                for xb, yb in _batches(dataset, config.batch_size, order):
+                    if xb.is_floating_point():
+                        xb = xb.to(device=reference.device, dtype=reference.dtype)
+                    else:
+                        xb = xb.to(reference.device)
+                    yb = yb.to(reference.device)
+                    opt.zero_grad(set_to_none=True)
+                    loss = config.loss_fn(model(xb), yb)
+                    loss.backward()
+                    opt.step()
+                    total += float(loss.detach()) * int(yb.shape[0])
+                    count += int(yb.shape[0])
+                bar.update(1)
+                bar.set_postfix(loss=f"{total / max(count, 1):.4f}")
+        finally:
+            model.eval()
+
+
+def _batches(dataset, batch_size: int, order: torch.Generator) -> Iterator[tuple]:
+    if isinstance(dataset, tuple):
+        x, y = dataset
+        perm = torch.randperm(x.shape[0], generator=order)
+        for idx in perm.split(batch_size):
+            yield x[idx], y[idx]
+        return
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=order)
+    for batch in loader:
+        yield batch[0], batch[1]
+
+
+def _as_dataset(data, fn: str):
+    """``(X, y)`` tensors (validated) or a torch ``Dataset`` passed through."""
+    if isinstance(data, Dataset):
+        if len(data) == 0:  # type: ignore[arg-type]
+            raise ValueError(f"{fn}: `data` must not be empty (got an empty Dataset)")
+        return data
+    if isinstance(data, (tuple, list)) and len(data) == 2:
+        x = to_tensor(data[0], "X", fn)
+        if x.ndim == 0 or x.shape[0] == 0:
+            raise ValueError(f"{fn}: `X` must be a non-empty batch (got shape {tuple(x.shape)})")
+        if x.is_floating_point():
+            check_finite(x, "X", fn)
+        y = as_labels(data[1], "y", fn)
+        check_same_length(fn, X=x, y=y)
+        return (x, y)
+    raise ValueError(
+        f"{fn}: `data` must be a pair (X, y) or a torch Dataset (got {type(data).__name__})"
+    )
+
+
+def _check_module(model, name: str, fn: str) -> None:
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"{fn}: `{name}` must be a torch.nn.Module (got {type(model).__name__})")
+
+
+def _draw_seed(g: torch.Generator | None) -> int:
+    return int(torch.randint(0, _SEED_HIGH, (1,), generator=g))
+
+
+@contextlib.contextmanager
+def _forked_rng(seed: int):
+    """Run a block under torch's global RNG seeded with ``seed``; restore the state afterwards."""
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    devices = list(range(torch.cuda.device_count())) if cuda else []
+    with torch.random.fork_rng(devices=devices):
+        torch.default_generator.manual_seed(seed)
+        if cuda:  # seed CUDA only where its state is forked (restored) as well
+            torch.cuda.manual_seed_all(seed)
+        yield

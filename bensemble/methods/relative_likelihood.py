@@ -1,0 +1,162 @@
+"""Likelihood-based epistemic and aleatoric uncertainty from nearest-neighbour class counts.
+
+Reference: V.-L. Nguyen, M. H. Shaker and E. Hüllermeier, "How to measure uncertainty in
+uncertainty sampling for active learning", Machine Learning 111, 2022 (building on Nguyen,
+Destercke and Hüllermeier, "Epistemic uncertainty sampling", 2019). Used in Hoarau's
+epistemic-calibration paper, appendix B.1.1, with 10 nearest neighbours.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from bensemble._validation import as_float_tensor, check_positive_int, check_same_length
+from bensemble.methods._illustrative import IllustrativeClassifier, nearest_neighbors
+
+__all__ = ["RelativeLikelihood", "relative_likelihood_plausibility"]
+
+#: Bisection steps: the bracket starts at most 1/2 wide, so 60 halvings reach 2^-61 < 1 ulp of 1.
+_BISECTION_STEPS = 60
+
+
+def _log_relative_likelihood(
+    theta: torch.Tensor, positives: torch.Tensor, negatives: torch.Tensor
+) -> torch.Tensor:
+    """``log L(theta) = p log theta + n log(1 - theta) - sup_theta(...)``, with 0 log 0 = 0."""
+    total = positives + negatives
+    xlogy = torch.special.xlogy
+    log_lik = xlogy(positives, theta) + xlogy(negatives, 1.0 - theta)
+    # maximum at theta = p / (p + n): p log p + n log n - (p + n) log(p + n), a form that stays
+    # finite when n / (p + n) would underflow for a tiny n > 0
+    log_max = xlogy(positives, positives) + xlogy(negatives, negatives) - xlogy(total, total)
+    return log_lik - log_max
+
+
+def _plausibility_positive(positives: torch.Tensor, negatives: torch.Tensor) -> torch.Tensor:
+    """``pi(1) = sup_theta min(L(theta), 2 theta - 1)``, by bisection on the crossing point."""
+    mle = positives / (positives + negatives)
+    # On [max(mle, 1/2), 1] L decreases from >= 0 to L(1) and 2 theta - 1 increases to 1, so
+    # g = L - (2 theta - 1) has one sign change there; below that bracket min(L, 2 theta - 1)
+    # is at most 2 max(mle, 1/2) - 1, which the crossing value exceeds.
+    lo = torch.maximum(mle, torch.full_like(mle, 0.5))
+    hi = torch.ones_like(mle)
+    for _ in range(_BISECTION_STEPS):
+        mid = 0.5 * (lo + hi)
+        above = _log_relative_likelihood(mid, positives, negatives).exp() >= 2.0 * mid - 1.0
+        lo = torch.where(above, mid, lo)
+        hi = torch.where(above, hi, mid)
+    # min(L, 2 theta - 1) = 2 lo - 1 is attained at lo (L(lo) >= 2 lo - 1 throughout), and the
+    # crossing lies in [lo, hi] with hi - lo < 2^-61. Using 2 lo - 1 rather than L(lo) also stays
+    # right when p / (p + n) rounds to 1 for a tiny n > 0, where L(1.0) = 0 in floating point.
+    return (2.0 * lo - 1.0).clamp_(0.0, 1.0)
+
+
+def relative_likelihood_plausibility(
+    positives: Any, negatives: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Degrees of support ``pi(1)`` and ``pi(0)`` of the two classes given class counts.
+
+    With ``p`` positive and ``n`` negative observations, the normalised binomial likelihood is
+    ``L(theta) = theta^p (1 - theta)^n / sup_t t^p (1 - t)^n`` (maximal at ``theta = p/(p+n)``)
+    and::
+
+        pi(1) = sup_theta min(L(theta), 2 theta - 1)
+        pi(0) = sup_theta min(L(theta), 1 - 2 theta)
+
+    Since ``L`` is unimodal and ``2 theta - 1`` increasing, the sup is attained where the two
+    curves cross on ``[max(p/(p+n), 1/2), 1]``; it is found by vectorised float64 bisection
+    (60 halvings, exact to rounding). ``pi(0)(p, n) = pi(1)(n, p)`` by symmetry.
+
+    Args:
+        positives: counts ``p`` ``[N]`` (real, ``>= 0``).
+        negatives: counts ``n`` ``[N]`` (real, ``>= 0``), with ``p + n > 0``.
+
+    Returns:
+        ``(pi_positive [N], pi_negative [N])`` in [0, 1] (float64).
+
+    Example:
+        >>> pi1, pi0 = relative_likelihood_plausibility([10.0, 5.0], [0.0, 5.0])
+        >>> float(pi1[0]), round(float(pi1[1]), 4) == round(float(pi0[1]), 4)
+        (1.0, True)
+    """
+    fn = "relative_likelihood_plausibility"
+    p = as_float_tensor(positives, "positives", fn, ndim=1)
+    n = as_float_tensor(negatives, "negatives", fn, ndim=1).to(p.device)
+    check_same_length(fn, positives=p, negatives=n)
+    if float(p.min()) < 0 or float(n.min()) < 0:
+        raise ValueError(f"{fn}: `positives` and `negatives` must be >= 0 (got a negative count)")
+    if bool(((p + n) <= 0).any()):
+        raise ValueError(f"{fn}: `positives` + `negatives` must be > 0 (got a zero total)")
+    return _plausibility_positive(p, n), _plausibility_positive(n, p)
+
+
+class RelativeLikelihood(IllustrativeClassifier):
+    """Plausibility of each class from the ``k`` nearest neighbours' labels (binary only).
+
+    At a point ``x`` let ``p`` and ``n`` count the positive and negative labels among its
+    ``n_neighbors`` nearest training points (Euclidean). With the plausibilities ``pi(1)``,
+    ``pi(0)`` of :func:`relative_likelihood_plausibility`::
+
+        h(x)  = p / (p + n)                      (maximum-likelihood estimate of P(y = 1 | x))
+        EU(x) = min(pi(1), pi(0))                (both classes plausible: not enough evidence)
+        AU(x) = 1 - max(pi(1), pi(0))            (neither class fully plausible: inherent noise)
+
+    Only ``k + 1`` count pairs can occur, so the plausibilities are tabulated once at fit time and
+    gathered at prediction time.
+
+    Args:
+        n_neighbors: the number of neighbours ``k`` (the paper uses 10).
+
+    Attributes (after ``fit``):
+        plausibility_table_: ``[k + 1, 2]`` plausibilities ``(pi(0), pi(1))`` indexed by ``p``.
+
+    Example:
+        >>> X = [[0.0], [1.0], [2.0], [10.0], [11.0], [12.0]]
+        >>> model = RelativeLikelihood(n_neighbors=3).fit(X, [0, 0, 0, 1, 1, 1])
+        >>> model.predict_proba([[0.5]])
+        tensor([[1., 0.]], dtype=torch.float64)
+    """
+
+    _binary_only = True
+
+    def __init__(self, n_neighbors: int = 10) -> None:
+        check_positive_int(n_neighbors, "n_neighbors", "RelativeLikelihood")
+        self.n_neighbors = n_neighbors
+
+    def _check_training_size(self, n_samples: int, fn: str) -> None:
+        if self.n_neighbors > n_samples:
+            raise ValueError(
+                f"{fn}: `X` must have at least n_neighbors={self.n_neighbors} samples "
+                f"(got {n_samples})"
+            )
+
+    def _fit(self, X: torch.Tensor, y_index: torch.Tensor, num_classes: int) -> None:
+        self._X_train = X
+        self._y_train = y_index
+        k = int(self.n_neighbors)
+        p = torch.arange(k + 1, dtype=torch.float64, device=X.device)
+        pi1, pi0 = relative_likelihood_plausibility(p, k - p)
+        self.plausibility_table_ = torch.stack([pi0, pi1], dim=1)
+
+    def _positive_counts(self, X: torch.Tensor) -> torch.Tensor:
+        _, idx = nearest_neighbors(X, self._X_train, int(self.n_neighbors))
+        return self._y_train[idx].sum(dim=1)
+
+    def _predict(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        p = self._positive_counts(X)
+        h = p.to(torch.float64) / int(self.n_neighbors)
+        pi = self.plausibility_table_[p]
+        return torch.stack([1.0 - h, h], dim=1), pi.min(dim=1).values
+
+    def plausibility(self, X: Any) -> torch.Tensor:
+        """Degrees of support ``[N, 2]``: column 0 is ``pi(0)``, column 1 is ``pi(1)``."""
+        return self.plausibility_table_[self._positive_counts(self._check_X(X, "plausibility"))]
+
+    def aleatoric_uncertainty(self, X: Any) -> torch.Tensor:
+        """``AU(x) = 1 - max(pi(1), pi(0))`` ``[N]`` (float64)."""
+        pi = self.plausibility_table_[
+            self._positive_counts(self._check_X(X, "aleatoric_uncertainty"))
+        ]
+        return 1.0 - pi.max(dim=1).values

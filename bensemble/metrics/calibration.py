@@ -1,0 +1,439 @@
+r"""Classical calibration errors (top-label and classwise) and reliability-diagram data.
+
+Every metric is *validate -> update -> compute*: :func:`binned_calibration_stats` (or its top-label
+form) reduces the inputs to per-bin sufficient statistics (:class:`CalibrationBins`: count,
+sum of confidences, sum of correctness) in one ``bincount`` pass each, and
+:func:`calibration_error_from_bins` turns them into a number. The streaming
+:class:`~bensemble.metrics.streaming.CalibrationErrorMeter` runs the same two steps batch by batch.
+
+With per-bin count :math:`n_b`, mean confidence :math:`\mathrm{conf}_b` and accuracy
+:math:`\mathrm{acc}_b` (``N`` samples, empty bins ignored)::
+
+    l1  (ECE)   sum_b (n_b / N) |acc_b - conf_b|
+    l2  (RMSCE) sqrt(sum_b (n_b / N) (acc_b - conf_b)^2)
+    max (MCE)   max_b |acc_b - conf_b|
+
+Binning conventions (identical to bensemble 0.2 for ``binning="uniform"``):
+
+* ``"uniform"``: equal-width bins ``(e_b, e_{b+1}]`` on bensemble's float32 grid
+  ``linspace(0, 1, n_bins + 1)``, compared in the input's floating dtype (see
+  :mod:`bensemble.metrics._binning`). A confidence of exactly 1.0 is in the last bin; exactly 0
+  goes to bin 0 (only possible for classwise probabilities and :func:`calibration_error`).
+  torchmetrics uses ``[e_b, e_{b+1})`` and gives 1.0 a bin of its own, so the two agree except
+  for values lying exactly on an edge; it also accumulates in float32 (a drift of ~1e-6 at 10^6
+  rows), where the sums here are float64 (exact counts).
+* ``"quantile"``: equal-mass bins; inner edges are order statistics of the confidences
+  (:func:`bensemble.metrics._binning.quantile_edges`): ties are never split, duplicate edges give
+  empty bins and the number of bins stays ``n_bins``. Needs every sample at once (not streamable).
+
+All statistics are computed in float64; inputs may be torch tensors or numpy arrays of any float
+dtype on any device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from bensemble._validation import (
+    as_binary,
+    as_confidences,
+    check_n_bins,
+    check_option,
+    to_tensor,
+)
+from bensemble.metrics._binning import (
+    bin_sums,
+    bucketize_ids,
+    grid_edges,
+    quantile_edges,
+    ungroup,
+    uniform_bin_ids,
+)
+from bensemble.metrics.scoring import _check_probs_targets
+
+__all__ = [
+    "CalibrationBins",
+    "binned_calibration_stats",
+    "calibration_error_from_bins",
+    "calibration_error",
+    "expected_calibration_error",
+    "maximum_calibration_error",
+    "classwise_calibration_error",
+    "reliability_diagram",
+]
+
+NORMS = ("l1", "l2", "max")
+BINNINGS = ("uniform", "quantile")
+_F64 = torch.float64
+
+
+@dataclass(frozen=True, eq=False)
+class CalibrationBins:
+    """Per-bin sufficient statistics of a binned calibration error (float64 tensors).
+
+    Attributes:
+        edges: ``[B + 1]`` bin edges; bin ``b`` is ``(edges[b], edges[b + 1]]``.
+        counts: ``[B]`` number of samples per bin (exact integers).
+        sum_confidence: ``[B]`` sum of the confidences in each bin.
+        sum_correct: ``[B]`` number of correct predictions (sum of 0/1 outcomes) in each bin.
+
+    Two bins objects with the same edges add up (``a + b``): that is how streaming and sharded
+    evaluation merge.
+    """
+
+    edges: torch.Tensor
+    counts: torch.Tensor
+    sum_confidence: torch.Tensor
+    sum_correct: torch.Tensor
+
+    @property
+    def n_bins(self) -> int:
+        """Number of bins ``B``."""
+        return int(self.counts.shape[-1])
+
+    @property
+    def total(self) -> float:
+        """Number of samples ``N``."""
+        return float(self.counts.sum())
+
+    @property
+    def mean_confidence(self) -> torch.Tensor:
+        """``[B]`` mean confidence per bin; an empty bin reports its midpoint."""
+        midpoint = (self.edges[:-1] + self.edges[1:]) / 2
+        mean = self.sum_confidence / self.counts.clamp_min(1.0)
+        return torch.where(self.counts > 0, mean, midpoint)
+
+    @property
+    def accuracy(self) -> torch.Tensor:
+        """``[B]`` accuracy per bin; 0 for an empty bin."""
+        return self.sum_correct / self.counts.clamp_min(1.0)
+
+    @property
+    def weights(self) -> torch.Tensor:
+        """``[B]`` fraction of the samples in each bin (all 0 when there are none)."""
+        return self.counts / self.counts.sum().clamp_min(1.0)
+
+    def __add__(self, other: CalibrationBins) -> CalibrationBins:
+        if not isinstance(other, CalibrationBins):
+            return NotImplemented
+        edges = other.edges.to(self.edges.device)
+        if edges.shape != self.edges.shape or not torch.equal(edges, self.edges):
+            raise ValueError(
+                "CalibrationBins.__add__: `other` must have the same edges "
+                f"(got {other.n_bins} bins with different edges)"
+            )
+        dev = self.counts.device
+        return CalibrationBins(
+            self.edges,
+            self.counts + other.counts.to(dev),
+            self.sum_confidence + other.sum_confidence.to(dev),
+            self.sum_correct + other.sum_correct.to(dev),
+        )
+
+
+def _norm_from_sums(
+    counts: torch.Tensor, sum_confidence: torch.Tensor, sum_correct: torch.Tensor, norm: str
+) -> torch.Tensor:
+    """Calibration error along the last (bin) axis; empty bins contribute nothing."""
+    total = counts.sum(-1)
+    diff = sum_correct - sum_confidence  # n_b * (acc_b - conf_b); 0 for an empty bin
+    if norm == "l1":
+        return diff.abs().sum(-1) / total
+    per_bin = diff / counts.clamp_min(1.0)  # acc_b - conf_b
+    if norm == "l2":
+        return ((diff * per_bin).sum(-1) / total).sqrt()
+    return per_bin.abs().amax(-1)
+
+
+def _binned_stats(
+    confidences: torch.Tensor, correct: torch.Tensor, n_bins: int, binning: str
+) -> CalibrationBins:
+    """Kernel: confidences ``[N]`` (their dtype sets the edge comparison) and bool ``correct [N]``
+    -> :class:`CalibrationBins`.
+
+    Correct and incorrect samples are two groups of one binning, so a single unweighted and a
+    single confidence-weighted (float64) ``bincount`` give all three statistics.
+    """
+    c64 = confidences.to(_F64)
+    if binning == "uniform":
+        edges = grid_edges(n_bins, confidences.device)
+        ids = uniform_bin_ids(confidences, n_bins, groups=correct, n_groups=2)
+    else:
+        edges = quantile_edges(c64, n_bins)
+        ids = bucketize_ids(c64, edges, groups=correct)
+    counts, sum_conf = (ungroup(s, n_bins, 2) for s in bin_sums(ids, 2 * (n_bins + 1), c64))
+    return CalibrationBins(edges, counts.sum(0), sum_conf.sum(0), counts[1].clone())
+
+
+def _top_label_stats(
+    probs: torch.Tensor, targets: torch.Tensor, n_bins: int, binning: str
+) -> CalibrationBins:
+    """Top-label statistics of validated ``probs [N, K]`` and int64 ``targets [N]``."""
+    confidence, prediction = probs.max(dim=1)
+    return _binned_stats(confidence, prediction == targets, n_bins, binning)
+
+
+def _check_confidences_correct(
+    confidences: Any, correct: Any, fn: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validated 1-D confidences (in their own floating dtype; float64 for integer input) and a
+    bool correctness vector of the same length on the same device."""
+    raw = to_tensor(confidences, "confidences", fn)
+    checked = as_confidences(raw, "confidences", fn)  # float64; 1-D, non-empty, finite, [0, 1]
+    c = raw if raw.is_floating_point() else checked
+    ok = as_binary(correct, "correct", fn, n=c.shape[0], dtype=torch.bool).to(c.device)
+    return c, ok
+
+
+def _check_options(fn: str, n_bins: Any, norm: str | None, binning: str) -> int:
+    n_bins = check_n_bins(n_bins, fn)
+    if norm is not None:
+        check_option(norm, "norm", NORMS, fn)
+    check_option(binning, "binning", BINNINGS, fn)
+    return n_bins
+
+
+def binned_calibration_stats(
+    confidences: Any, correct: Any, n_bins: int = 15, binning: str = "uniform"
+) -> CalibrationBins:
+    """Per-bin count, confidence sum and correctness sum of 1-D confidences.
+
+    The update half of every binned calibration metric (plots and EECE use it too).
+
+    Args:
+        confidences: ``[N]`` values in ``[0, 1]`` (float dtype decides the edge comparison).
+        correct: ``[N]`` 0/1 outcomes (bool, int, or float holding only 0 and 1).
+        n_bins: number of bins ``B >= 1``.
+        binning: ``"uniform"`` (equal width) or ``"quantile"`` (equal mass); see the module doc.
+
+    Returns:
+        :class:`CalibrationBins` with float64 ``edges [B + 1]`` and ``counts``,
+        ``sum_confidence``, ``sum_correct`` ``[B]``.
+
+    Example:
+        >>> bins = binned_calibration_stats([0.2, 0.7, 0.9, 1.0], [0, 1, 0, 1], n_bins=2)
+        >>> bins.counts.tolist(), bins.sum_correct.tolist()
+        ([1.0, 3.0], [0.0, 2.0])
+    """
+    fn = "binned_calibration_stats"
+    n_bins = _check_options(fn, n_bins, None, binning)
+    c, ok = _check_confidences_correct(confidences, correct, fn)
+    return _binned_stats(c, ok, n_bins, binning)
+
+
+def calibration_error_from_bins(bins: CalibrationBins, norm: str = "l1") -> float:
+    """The compute half: a calibration error from :class:`CalibrationBins`.
+
+    Args:
+        bins: per-bin statistics holding at least one sample.
+        norm: ``"l1"`` (ECE), ``"l2"`` (RMS calibration error) or ``"max"`` (MCE); see the module
+            docstring for the formulas.
+
+    Returns:
+        The calibration error in ``[0, 1]``.
+    """
+    fn = "calibration_error_from_bins"
+    if not isinstance(bins, CalibrationBins):
+        raise ValueError(
+            f"{fn}: `bins` must be a CalibrationBins (got {type(bins).__name__})"
+        )
+    check_option(norm, "norm", NORMS, fn)
+    if bins.total <= 0:
+        raise ValueError(f"{fn}: `bins` must hold at least one sample (got 0)")
+    return float(_norm_from_sums(bins.counts, bins.sum_confidence, bins.sum_correct, norm))
+
+
+def calibration_error(
+    confidences: Any,
+    correct: Any,
+    n_bins: int = 15,
+    *,
+    norm: str = "l1",
+    binning: str = "uniform",
+) -> float:
+    """Binned calibration error of 1-D confidences against 0/1 outcomes (the guide's ``ece``).
+
+    Uses the library's ``(lower, upper]`` bins (the guide's snippet uses ``[lower, upper)``; the
+    two differ only for confidences lying exactly on an edge, and on the guide's example they
+    agree to all printed digits).
+
+    Args:
+        confidences: ``[N]`` confidences in ``[0, 1]``.
+        correct: ``[N]`` 0/1 outcomes (bool, int, or float holding only 0 and 1).
+        n_bins: number of bins.
+        norm: ``"l1"``, ``"l2"`` or ``"max"``.
+        binning: ``"uniform"`` or ``"quantile"``.
+
+    Returns:
+        The calibration error.
+
+    Example:
+        >>> round(calibration_error([0.2, 0.7, 0.9, 1.0], [0, 1, 0, 1], n_bins=2), 4)
+        0.2
+    """
+    fn = "calibration_error"
+    n_bins = _check_options(fn, n_bins, norm, binning)
+    c, ok = _check_confidences_correct(confidences, correct, fn)
+    bins = _binned_stats(c, ok, n_bins, binning)
+    return float(_norm_from_sums(bins.counts, bins.sum_confidence, bins.sum_correct, norm))
+
+
+def expected_calibration_error(
+    probs: Any,
+    targets: Any,
+    n_bins: int = 15,
+    *,
+    norm: str = "l1",
+    binning: str = "uniform",
+    from_logits: bool = False,
+) -> float:
+    r"""Top-label expected calibration error (bensemble 0.2's numbers for the defaults).
+
+    .. math:: \mathrm{ECE} = \sum_b \frac{|B_b|}{N}\,|\mathrm{acc}(B_b) - \mathrm{conf}(B_b)|
+
+    with confidence :math:`\max_k p_{ik}` and correctness ``argmax == target`` (first index on
+    ties), equal-width bins ``(lower, upper]``. Cost: one ``max`` over classes, a cheap
+    validation pass, then O(N) elementwise work and two ``bincount`` calls, whatever ``n_bins``.
+
+    Args:
+        probs: ``[N, K]`` class probabilities (or logits with ``from_logits=True``).
+        targets: ``[N]`` integer labels in ``[0, K)``.
+        n_bins: number of bins.
+        norm: ``"l1"`` (ECE), ``"l2"`` (RMSCE) or ``"max"`` (MCE).
+        binning: ``"uniform"`` or ``"quantile"`` (equal mass).
+        from_logits: apply the softmax (float64) first.
+
+    Returns:
+        The calibration error in ``[0, 1]``; lower is better.
+
+    Example:
+        >>> probs = [[0.9, 0.1], [0.6, 0.4], [0.3, 0.7], [0.8, 0.2]]
+        >>> round(expected_calibration_error(probs, [0, 1, 1, 0], n_bins=5), 4)
+        0.3
+    """
+    fn = "expected_calibration_error"
+    n_bins = _check_options(fn, n_bins, norm, binning)
+    p, y = _check_probs_targets(probs, targets, fn, from_logits)
+    bins = _top_label_stats(p, y, n_bins, binning)
+    return float(_norm_from_sums(bins.counts, bins.sum_confidence, bins.sum_correct, norm))
+
+
+def maximum_calibration_error(
+    probs: Any,
+    targets: Any,
+    n_bins: int = 15,
+    *,
+    binning: str = "uniform",
+    from_logits: bool = False,
+) -> float:
+    """Top-label maximum calibration error: the largest ``|acc - conf|`` over non-empty bins.
+
+    Same arguments and bins as :func:`expected_calibration_error` (it is ``norm="max"``).
+
+    Example:
+        >>> probs = [[0.9, 0.1], [0.6, 0.4], [0.3, 0.7], [0.8, 0.2]]
+        >>> round(maximum_calibration_error(probs, [0, 1, 1, 0], n_bins=5), 4)
+        0.6
+    """
+    fn = "maximum_calibration_error"
+    n_bins = _check_options(fn, n_bins, None, binning)
+    p, y = _check_probs_targets(probs, targets, fn, from_logits)
+    bins = _top_label_stats(p, y, n_bins, binning)
+    return float(_norm_from_sums(bins.counts, bins.sum_confidence, bins.sum_correct, "max"))
+
+
+def classwise_calibration_error(
+    probs: Any,
+    targets: Any,
+    n_bins: int = 15,
+    *,
+    norm: str = "l1",
+    binning: str = "uniform",
+    from_logits: bool = False,
+) -> float:
+    r"""Classwise calibration error: the mean over classes of the binned gap of ``P(y = k)``.
+
+    .. math:: \mathrm{cwCE} = \frac{1}{K}\sum_k \sum_b \frac{|B_{kb}|}{N}
+              \bigl|\,\overline{\mathbb{1}[y = k]}_{B_{kb}} - \overline{p_k}_{B_{kb}}\bigr|
+
+    for ``norm="l1"`` (``"l2"`` / ``"max"`` apply the same norm per class before the mean). Each
+    class is binned like :func:`calibration_error` (``P(y = k) = 0`` falls in bin 0; quantile
+    edges are per class). Vectorised: the bin id of every entry is offset by its class, one
+    ``bincount`` serves all classes. Works on a float64 copy of ``probs`` (``K`` values a sample).
+
+    Args:
+        probs: ``[N, K]`` class probabilities (or logits with ``from_logits=True``).
+        targets: ``[N]`` integer labels in ``[0, K)``.
+        n_bins: number of bins per class.
+        norm: ``"l1"``, ``"l2"`` or ``"max"``.
+        binning: ``"uniform"`` or ``"quantile"``.
+        from_logits: apply the softmax (float64) first.
+
+    Returns:
+        The classwise calibration error.
+
+    Example:
+        >>> probs = [[0.9, 0.1], [0.6, 0.4], [0.3, 0.7], [0.8, 0.2]]
+        >>> round(classwise_calibration_error(probs, [0, 1, 1, 0], n_bins=5), 4)
+        0.3
+    """
+    fn = "classwise_calibration_error"
+    n_bins = _check_options(fn, n_bins, norm, binning)
+    p, y = _check_probs_targets(probs, targets, fn, from_logits)
+    n_classes = p.shape[1]
+    values = p.to(_F64)
+    if binning == "uniform":
+        groups = torch.arange(n_classes, device=p.device)
+        ids = uniform_bin_ids(p, n_bins, groups=groups, n_groups=n_classes)
+    else:
+        ids = bucketize_ids(values, quantile_edges(values, n_bins))
+    slots = n_classes * (n_bins + 1)
+    counts, sum_p = bin_sums(ids, slots, values)
+    (hits,) = bin_sums(ids.gather(1, y[:, None]), slots)
+    per_class = _norm_from_sums(
+        *(ungroup(s, n_bins, n_classes) for s in (counts, sum_p, hits)), norm
+    )
+    return float(per_class.mean())
+
+
+def reliability_diagram(
+    probs: Any,
+    targets: Any,
+    n_bins: int = 15,
+    *,
+    binning: str = "uniform",
+    from_logits: bool = False,
+) -> dict[str, list]:
+    """Per-bin data of a top-label reliability diagram (bensemble 0.2's dict, plus counts/edges).
+
+    Args:
+        probs: ``[N, K]`` class probabilities (or logits with ``from_logits=True``).
+        targets: ``[N]`` integer labels in ``[0, K)``.
+        n_bins: number of bins.
+        binning: ``"uniform"`` or ``"quantile"``.
+        from_logits: apply the softmax (float64) first.
+
+    Returns:
+        ``{"confidences", "accuracies", "proportions"}``: lists of ``n_bins`` floats (an empty bin
+        reports its midpoint, accuracy 0.0 and proportion 0.0, as bensemble 0.2 does), plus
+        ``"counts"`` (``n_bins`` ints) and ``"edges"`` (``n_bins + 1`` floats).
+
+    Example:
+        >>> d = reliability_diagram([[0.9, 0.1], [0.6, 0.4]], [0, 1], n_bins=2)
+        >>> d["counts"], d["accuracies"], d["proportions"]
+        ([0, 2], [0.0, 0.5], [0.0, 1.0])
+    """
+    fn = "reliability_diagram"
+    n_bins = _check_options(fn, n_bins, None, binning)
+    p, y = _check_probs_targets(probs, targets, fn, from_logits)
+    bins = _top_label_stats(p, y, n_bins, binning)
+    return {
+        "confidences": bins.mean_confidence.tolist(),
+        "accuracies": bins.accuracy.tolist(),
+        "proportions": bins.weights.tolist(),
+        "counts": [int(c) for c in bins.counts.tolist()],
+        "edges": bins.edges.tolist(),
+    }

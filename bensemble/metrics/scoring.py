@@ -1,0 +1,115 @@
+"""Proper scoring rules and accuracy for class probabilities ``probs [N, K]``.
+
+Every function takes ``probs [N, K]`` (probabilities, or logits with ``from_logits=True``, which
+applies the softmax in float64) and integer labels ``targets [N]`` (the name is kept for bensemble
+0.2 compatibility), as torch tensors or numpy arrays of any float dtype on any device, and returns
+a Python float computed in float64. Without ``from_logits`` a matrix whose rows do not sum to 1 is
+rejected (``bensemble._validation.as_probs``); a member stack ``[M, N, K]`` is rejected too
+(average the members first).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from bensemble._validation import as_labels, as_probs, check_positive
+
+__all__ = ["negative_log_likelihood", "brier_score", "accuracy"]
+
+_F64 = torch.float64
+
+
+def _check_probs_targets(
+    probs: Any, targets: Any, fn: str, from_logits: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validated ``probs [N, K]`` and int64 ``targets [N]`` on the same device.
+
+    Probabilities keep their floating dtype (the checks run in it, without a float64 copy of the
+    matrix); ``from_logits=True`` returns the float64 softmax.
+    """
+    p = as_probs(
+        probs, "probs", fn, from_logits=from_logits, dtype=_F64 if from_logits else None
+    )
+    y = as_labels(targets, "targets", fn, n=p.shape[0], num_classes=p.shape[1], device=p.device)
+    return p, y
+
+
+def negative_log_likelihood(
+    probs: Any, targets: Any, eps: float = 1e-8, *, from_logits: bool = False
+) -> float:
+    r"""Mean negative log-likelihood of the true class (bensemble 0.2 semantics).
+
+    .. math:: \mathrm{NLL} = -\frac{1}{N}\sum_i \log(p_{i, y_i} + \varepsilon)
+
+    A strictly proper scoring rule; lower is better. ``eps`` keeps a zero probability finite
+    (``eps=0`` gives ``inf`` there). With ``from_logits=True`` the same formula is applied to the
+    float64 softmax, so both input forms give the same number.
+
+    Args:
+        probs: ``[N, K]`` class probabilities (or logits with ``from_logits=True``).
+        targets: ``[N]`` integer class labels in ``[0, K)``.
+        eps: non-negative constant added inside the log.
+        from_logits: apply the softmax over the last axis first.
+
+    Returns:
+        The mean NLL in nats.
+
+    Example:
+        >>> round(negative_log_likelihood([[0.5, 0.5], [0.9, 0.1]], [0, 0]), 4)
+        0.3993
+    """
+    fn = "negative_log_likelihood"
+    eps = check_positive(eps, "eps", fn, allow_zero=True)
+    p, y = _check_probs_targets(probs, targets, fn, from_logits)
+    p_y = p.gather(1, y[:, None]).squeeze(1).to(_F64)
+    return float(-(p_y + eps).log().mean())
+
+
+def brier_score(probs: Any, targets: Any, *, from_logits: bool = False) -> float:
+    r"""Multi-class Brier score: squared error summed over classes, averaged over samples.
+
+    .. math:: \mathrm{Brier} = \frac{1}{N}\sum_i\sum_k (p_{ik} - \mathbb{1}[y_i = k])^2
+              = \frac{1}{N}\sum_i \Bigl(\sum_k p_{ik}^2 - 2 p_{i,y_i} + 1\Bigr) \in [0, 2]
+
+    On a binary task this is twice the single-probability form. A 3-D member stack
+    ``[M, N, K]`` is rejected (bensemble 0.2 silently scored it).
+
+    Args:
+        probs: ``[N, K]`` class probabilities (or logits with ``from_logits=True``).
+        targets: ``[N]`` integer class labels in ``[0, K)``.
+        from_logits: apply the softmax over the last axis first.
+
+    Returns:
+        The Brier score; lower is better.
+
+    Example:
+        >>> round(brier_score([[0.5, 0.5], [0.9, 0.1]], [0, 0]), 4)
+        0.26
+    """
+    fn = "brier_score"
+    p, y = _check_probs_targets(probs, targets, fn, from_logits)
+    p = p.to(_F64)
+    per_sample = (p * p).sum(1) - 2.0 * p.gather(1, y[:, None]).squeeze(1) + 1.0
+    return float(per_sample.clamp_min_(0.0).mean())
+
+
+def accuracy(probs: Any, targets: Any, *, from_logits: bool = False) -> float:
+    """Fraction of samples whose top-1 class (first index on ties) equals the label.
+
+    Args:
+        probs: ``[N, K]`` class probabilities (or logits with ``from_logits=True``).
+        targets: ``[N]`` integer class labels in ``[0, K)``.
+        from_logits: apply the softmax over the last axis first (does not change the argmax).
+
+    Returns:
+        Accuracy in ``[0, 1]``; higher is better.
+
+    Example:
+        >>> accuracy([[0.5, 0.5], [0.9, 0.1], [0.2, 0.8]], [1, 0, 1])
+        0.6666666666666666
+    """
+    fn = "accuracy"
+    p, y = _check_probs_targets(probs, targets, fn, from_logits)
+    return float((p.argmax(1) == y).to(_F64).mean())

@@ -1,0 +1,187 @@
+"""Relative-likelihood plausibilities (Nguyen, Shaker & Hüllermeier 2022) from k-NN counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy import optimize
+from scipy.special import xlogy
+
+from bensemble.datasets.toy import make_toy_gaussians
+from bensemble.methods.relative_likelihood import (
+    RelativeLikelihood,
+    relative_likelihood_plausibility,
+)
+
+
+def _relative_likelihood_np(theta, p, n):
+    log_max = xlogy(p, p / (p + n)) + xlogy(n, n / (p + n))
+    return np.exp(xlogy(p, theta) + xlogy(n, 1 - theta) - log_max)
+
+
+def _reference_scipy_plausibility(p: float, n: float) -> tuple[float, float]:
+    """sup_theta min(L, 2 theta - 1) and sup_theta min(L, 1 - 2 theta) by bounded Brent search."""
+
+    def neg_pi1(t):
+        return -min(_relative_likelihood_np(t, p, n), 2 * t - 1)
+
+    def neg_pi0(t):
+        return -min(_relative_likelihood_np(t, p, n), 1 - 2 * t)
+
+    opts = {"xatol": 1e-13, "maxiter": 2000}
+    r1 = optimize.minimize_scalar(neg_pi1, bounds=(0.5, 1.0), method="bounded", options=opts)
+    r0 = optimize.minimize_scalar(neg_pi0, bounds=(0.0, 0.5), method="bounded", options=opts)
+    # the bounded search never evaluates the end points; pi = 1 is attained at theta = 1 / 0
+    pi1 = max(-r1.fun, -neg_pi1(1.0))
+    pi0 = max(-r0.fun, -neg_pi0(0.0))
+    return pi1, pi0
+
+
+def _reference_scipy_crossing(p: float, n: float) -> float:
+    """pi(1) as 2 theta* - 1 at the crossing L(theta*) = 2 theta* - 1, by scipy's brentq."""
+    lo = max(0.5, p / (p + n))
+    if _relative_likelihood_np(lo, p, n) <= 2 * lo - 1:  # p / (p + n) rounds to 1
+        return 2 * lo - 1
+    root = optimize.brentq(
+        lambda t: _relative_likelihood_np(t, p, n) - (2 * t - 1), lo, 1.0, xtol=1e-15
+    )
+    return 2 * root - 1
+
+
+def _reference_grid_plausibility(p: float, n: float, size: int = 400_001):
+    theta = np.linspace(0.0, 1.0, size)
+    lik = _relative_likelihood_np(theta, p, n)
+    return np.max(np.minimum(lik, 2 * theta - 1)), np.max(np.minimum(lik, 1 - 2 * theta))
+
+
+PAIRS = [(10, 0), (0, 10), (5, 5), (7, 3), (3, 7), (9, 1), (6, 4), (1, 0), (0, 1), (2.5, 1.5)]
+
+
+def test_plausibility_matches_scipy_and_a_dense_grid():
+    p = torch.tensor([a for a, _ in PAIRS], dtype=torch.float64)
+    n = torch.tensor([b for _, b in PAIRS], dtype=torch.float64)
+    pi1, pi0 = relative_likelihood_plausibility(p, n)
+    ref = np.array([_reference_scipy_plausibility(a, b) for a, b in PAIRS])
+    grid = np.array([_reference_grid_plausibility(a, b) for a, b in PAIRS])
+    crossing1 = np.array([_reference_scipy_crossing(a, b) for a, b in PAIRS])
+    crossing0 = np.array([_reference_scipy_crossing(b, a) for a, b in PAIRS])
+    # bounded Brent stops ~1e-8 short of a kink maximum; brentq on the crossing is exact
+    torch.testing.assert_close(pi1, torch.from_numpy(ref[:, 0]), rtol=0, atol=1e-7)
+    torch.testing.assert_close(pi0, torch.from_numpy(ref[:, 1]), rtol=0, atol=1e-7)
+    torch.testing.assert_close(pi1, torch.from_numpy(crossing1), rtol=0, atol=1e-12)
+    torch.testing.assert_close(pi0, torch.from_numpy(crossing0), rtol=0, atol=1e-12)
+    torch.testing.assert_close(pi1, torch.from_numpy(grid[:, 0]), rtol=0, atol=5e-5)
+    torch.testing.assert_close(pi0, torch.from_numpy(grid[:, 1]), rtol=0, atol=5e-5)
+
+
+def test_plausibility_with_a_subnormal_count_is_finite():
+    pi1, pi0 = relative_likelihood_plausibility([2.0, 5e-324], [5e-324, 2.0])
+    torch.testing.assert_close(pi1, pi0.flip(0))
+    assert float(pi1[0]) == pytest.approx(1.0) and float(pi0[0]) > 0.0
+
+
+def test_plausibility_closed_form_cases():
+    # all positive: pi(1) = 1 exactly; with p = 1, n = 0: pi(0) solves theta = 1 - 2 theta -> 1/3
+    pi1, pi0 = relative_likelihood_plausibility([1.0, 10.0], [0.0, 0.0])
+    torch.testing.assert_close(pi1, torch.ones(2, dtype=torch.float64))
+    torch.testing.assert_close(pi0[0], torch.tensor(1 / 3, dtype=torch.float64))
+
+
+@given(
+    st.floats(0.0, 30.0, allow_nan=False, allow_subnormal=False),
+    st.floats(0.0, 30.0, allow_nan=False, allow_subnormal=False),
+)
+def test_plausibility_symmetry_and_range(p, n):
+    if p + n < 1e-3:
+        return
+    pi1, pi0 = relative_likelihood_plausibility([p], [n])
+    sw1, sw0 = relative_likelihood_plausibility([n], [p])
+    torch.testing.assert_close(pi1, sw0, rtol=0, atol=1e-12)
+    torch.testing.assert_close(pi0, sw1, rtol=0, atol=1e-12)
+    assert 0.0 <= float(pi1) <= 1.0 and 0.0 <= float(pi0) <= 1.0
+    assert float(pi1) == pytest.approx(_reference_scipy_crossing(p, n), abs=1e-10)
+    # the crossing value is the sup: at theta* = (1 + pi1) / 2, L(theta*) = pi1
+    if 0.0 < float(pi1) < 1.0:
+        theta = (1.0 + float(pi1)) / 2.0
+        assert _relative_likelihood_np(theta, p, n) == pytest.approx(float(pi1), abs=1e-9)
+
+
+def _reference_loop_counts(X_train, y_train, X, k):
+    """Positive counts among the k nearest training points (plain float64 loop)."""
+    X_train, y_train = np.asarray(X_train), np.asarray(y_train)
+    counts = []
+    for x in np.asarray(X):
+        order = np.argsort(np.sqrt(((X_train - x) ** 2).sum(1)), kind="stable")[:k]
+        counts.append(int(y_train[order].sum()))
+    return np.array(counts)
+
+
+@pytest.mark.parametrize("k", [1, 4, 10])
+def test_model_matches_a_loop_reference(k):
+    g = torch.Generator().manual_seed(k)
+    X = torch.randn(40, 2, dtype=torch.float64, generator=g)
+    y = (X[:, 0] + 0.8 * torch.randn(40, dtype=torch.float64, generator=g) > 0).long()
+    Xq = 1.5 * torch.randn(30, 2, dtype=torch.float64, generator=g)
+    model = RelativeLikelihood(n_neighbors=k).fit(X, y)
+    counts = _reference_loop_counts(X, y, Xq, k)
+    ref = np.array([_reference_scipy_plausibility(c, k - c) for c in counts])
+    h = counts / k
+    torch.testing.assert_close(
+        model.predict_proba(Xq), torch.from_numpy(np.stack([1 - h, h], 1)), rtol=0, atol=1e-12
+    )
+    torch.testing.assert_close(
+        model.plausibility(Xq), torch.from_numpy(ref[:, ::-1].copy()), rtol=0, atol=1e-7
+    )
+    torch.testing.assert_close(
+        model.epistemic_uncertainty(Xq), torch.from_numpy(ref.min(1)), rtol=0, atol=1e-7
+    )
+    torch.testing.assert_close(
+        model.aleatoric_uncertainty(Xq), torch.from_numpy(1 - ref.max(1)), rtol=0, atol=1e-7
+    )
+
+
+def test_eu_peaks_at_balanced_counts_and_au_at_few_neighbours():
+    """Balanced evidence is uncertain; with k = 10 both classes are plausible at 5/5."""
+    model = RelativeLikelihood(n_neighbors=10).fit(
+        np.arange(20, dtype=float)[:, None], np.arange(20) % 2
+    )
+    table = model.plausibility_table_
+    eu = table.min(1).values
+    assert int(eu.argmax()) == 5
+    assert float(eu[0]) < 1e-2 and float(eu[10]) < 1e-2
+
+
+def test_accuracy_on_the_toy_problem():
+    train = make_toy_gaussians(50, seed=0)
+    test = make_toy_gaussians(10_000, seed=1)
+    model = RelativeLikelihood().fit(train.x, train.y)
+    accuracy = float((model.predict(test.x) == test.y).double().mean())
+    assert accuracy >= 0.95  # measured 0.978
+
+
+def test_binary_only_and_hyper_parameters():
+    X = np.random.default_rng(0).normal(size=(30, 2))
+    with pytest.raises(ValueError, match="exactly two classes"):
+        RelativeLikelihood().fit(X, np.arange(30) % 3)
+    with pytest.raises(ValueError, match="n_neighbors=10"):
+        RelativeLikelihood().fit(X[:8], np.arange(8) % 2)
+    for bad in [0, -1, 2.0, True, None]:
+        with pytest.raises(ValueError, match="`n_neighbors`"):
+            RelativeLikelihood(n_neighbors=bad)
+
+
+@pytest.mark.parametrize(
+    ("p", "n", "arg"),
+    [
+        pytest.param([1.0, -1.0], [1.0, 1.0], "`positives` and `negatives`", id="negative"),
+        pytest.param([0.0], [0.0], "must be > 0", id="zero-total"),
+        pytest.param([1.0, 2.0], [1.0], "same number of samples", id="len"),
+        pytest.param([[1.0]], [1.0], "`positives`", id="2d"),
+    ],
+)
+def test_plausibility_validation(p, n, arg):
+    with pytest.raises(ValueError, match=arg):
+        relative_likelihood_plausibility(p, n)
