@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test test-fast demo lint format bench clean
+.PHONY: setup test test-fast demo data lint format bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ test-fast: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/bensemble demo
+
+# Fashion-MNIST IDX files for `bensemble reproduce fashion` (Debian/Ubuntu, as root).
+data:
+	apt-get install -y dataset-fashion-mnist
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -15,6 +15,7 @@ Typical use::
 from __future__ import annotations
 
 import math
+import os
 import platform
 import re
 import statistics
@@ -49,6 +50,7 @@ def measure(
     warmup: int = 1,
     *,
     sync: Callable[[], object] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> float:
     """Median wall time of ``fn()`` in seconds (``time.perf_counter``), after ``warmup`` calls.
 
@@ -58,8 +60,10 @@ def measure(
         warmup: untimed calls first.
         sync: called before starting and before stopping the clock (``torch.cuda.synchronize``
             for GPU work).
+        clock: the clock; ``time.process_time`` gives CPU time (of all threads), which on a
+            shared machine excludes the time the process waited for a core.
     """
-    return measure_interleaved([fn], repeats, warmup, sync=sync)[0]
+    return measure_interleaved([fn], repeats, warmup, sync=sync, clock=clock)[0]
 
 
 def measure_interleaved(
@@ -68,6 +72,7 @@ def measure_interleaved(
     warmup: int = 1,
     *,
     sync: Callable[[], object] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> list[float]:
     """Median times of several functions timed in alternation (round-robin).
 
@@ -75,7 +80,9 @@ def measure_interleaved(
     drift, so their *ratio* is steadier than with back-to-back blocks of runs.
     """
     if repeats < 1 or warmup < 0:
-        raise ValueError(f"measure: `repeats` must be >= 1 and `warmup` >= 0 (got {repeats}, {warmup})")
+        raise ValueError(
+            f"measure: `repeats` must be >= 1 and `warmup` >= 0 (got {repeats}, {warmup})"
+        )
     for _ in range(warmup):
         for fn in fns:
             fn()
@@ -84,11 +91,11 @@ def measure_interleaved(
         for i, fn in enumerate(fns):
             if sync is not None:
                 sync()
-            start = time.perf_counter()
+            start = clock()
             fn()
             if sync is not None:
                 sync()
-            times[i].append(time.perf_counter() - start)
+            times[i].append(clock() - start)
     return [statistics.median(t) for t in times]
 
 
@@ -138,6 +145,7 @@ def environment(device: str = "cpu") -> str:
     except ImportError:  # pragma: no cover
         pass
     parts.append(f"{platform.machine()} {platform.processor() or platform.system()}")
+    parts.append(f"{os.cpu_count()} CPUs")
     return ", ".join(parts)
 
 

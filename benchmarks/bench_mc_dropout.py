@@ -18,7 +18,7 @@ Baselines, in this process:
   against our default loop: reported, no target (it loses on the conv net, and its memory grows
   with k, which is why it is opt-in).
 
-Run: ``python benchmarks/bench_mc_dropout.py [--device cpu|cuda] [--repeats 5] [--threads N]
+Run: ``python benchmarks/bench_mc_dropout.py [--device cpu|cuda] [--repeats 5] [--threads 1]
 [--quick] [--no-write]``.
 """
 
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
     parser.add_argument("--quick", action="store_true", help="k = 10, 3 repeats")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)

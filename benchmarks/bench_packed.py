@@ -2,8 +2,8 @@
 
 ``Ensemble.from_models(models, packed=...)``: ``False`` loops over members (bensemble 0.2);
 ``True`` evaluates all members at once (shared first layer as one wide matrix product, later
-layers as one ``baddbmm`` on stacked weights); ``"auto"`` (the default) packs when
-``batch * sum(in * out) <= PACK_MAX_WORK`` on a CPU (always on a GPU).
+layers as one ``baddbmm`` on stacked weights); ``"auto"`` (the default) packs on a CPU when
+``batch <= PACK_MAX_ROWS`` and ``batch * sum(in * out) <= PACK_MAX_WORK`` (always on a GPU).
 
 Workloads: ten ``nn.Sequential`` ReLU MLPs, float32, inputs ``[batch, in]``; the headline is the
 issue's ten 20-64-64-2 MLPs at batch 64 (target >= 2x). The sweep rows show where "auto" packs
@@ -11,7 +11,7 @@ issue's ten 20-64-64-2 MLPs at batch 64 (target >= 2x). The sweep rows show wher
 (ratio of the forced packed path reported to justify the rule). Each timed call runs 20
 predictions; medians of interleaved runs after a warm-up. Agreement: max |packed - loop|.
 
-Run: ``python benchmarks/bench_packed.py [--device cpu|cuda] [--repeats 5] [--threads N]
+Run: ``python benchmarks/bench_packed.py [--device cpu|cuda] [--repeats 5] [--threads 1]
 [--quick] [--no-write]``.
 """
 
@@ -29,12 +29,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness  # noqa: E402
 
 from bensemble.core import Ensemble  # noqa: E402
-from bensemble.core.packed import PACK_MAX_WORK  # noqa: E402
+from bensemble.core.packed import PACK_MAX_ROWS, PACK_MAX_WORK  # noqa: E402
 
 INNER = 20
 HEADLINE = ((20, 64, 64, 2), 64)
 SWEEP = [
     ((20, 64, 64, 2), 8),
+    ((20, 64, 64, 2), 128),
     ((20, 64, 64, 2), 256),
     ((20, 64, 64, 2), 1024),
     ((20, 128, 128, 2), 64),
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
     parser.add_argument("--quick", action="store_true", help="headline only, 3 repeats")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
@@ -112,8 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quick:
         results += [case(dims, b, repeats, sync, device, headline=False) for dims, b in SWEEP]
     notes = [
-        f"Ten float32 ReLU MLPs; 'auto' packs when batch * sum(in * out) <= {PACK_MAX_WORK:,} "
-        "on a CPU. Per-prediction medians (20 predictions per timed call).",
+        f"Ten float32 ReLU MLPs; on a CPU 'auto' packs when batch <= {PACK_MAX_ROWS} and "
+        f"batch * sum(in * out) <= {PACK_MAX_WORK:,}. Per-prediction medians (20 predictions "
+        "per timed call).",
     ]
     section = "bench_packed" + ("" if device.type == "cpu" else f" ({device.type})")
     if args.no_write:

@@ -258,7 +258,7 @@ def as_labels(
         )
     t = t.to(torch.int64)
     if num_classes is not None:
-        lo, hi = int(t.min()), int(t.max())
+        lo, hi = (int(v) for v in torch.aminmax(t))  # one pass
         if lo < 0 or hi >= num_classes:
             raise ValueError(
                 f"{fn}: `{name}` must lie in [0, {num_classes - 1}] (got values in [{lo}, {hi}])"

@@ -3,9 +3,11 @@
 Sub-commands::
 
     bensemble --version
-    bensemble demo [--quick] [--out DIR] [--seed N]
+    bensemble demo [--quick] [--out DIR] [--seed N] [--no-progress]
     bensemble evaluate PREDICTIONS --labels LABELS [--logits] [--calibration-split FRACTION]
                        [--alpha 0.1] [--n-bins 15] [--seed N] [--out DIR] [--json] ...
+    bensemble reproduce {toy,size,noise,binning,digits,fashion} [--seed N] [--repeats R]
+                        [--out DIR] [--quick]
 """
 
 from __future__ import annotations
@@ -26,14 +28,17 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"bensemble {bensemble.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    demo = sub.add_parser("demo", help="train small ensembles on embedded data and report")
-    demo.add_argument("--quick", action="store_true", help="a sub-30-second version")
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--out", default="bensemble-report", help="report folder")
+    from bensemble.experiments.demo import add_demo_parser
+
+    add_demo_parser(sub)
 
     from bensemble.experiments.evaluate import add_evaluate_parser
 
     add_evaluate_parser(sub)
+
+    from bensemble.experiments.reproduce import add_reproduce_parser
+
+    add_reproduce_parser(sub)
     return parser
 
 
@@ -45,14 +50,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     if args.command == "demo":
-        from bensemble.experiments.demo import run_demo
+        from bensemble.experiments.demo import run_demo_command
 
-        run_demo(quick=args.quick, seed=args.seed, out=args.out)
-        return 0
+        return run_demo_command(args)
     if args.command == "evaluate":
         from bensemble.experiments.evaluate import run_evaluate
 
         return run_evaluate(args)
+    if args.command == "reproduce":
+        from bensemble.experiments.reproduce import run_reproduce
+
+        return run_reproduce(args)
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover
     return 2
 

@@ -12,7 +12,9 @@ FN = "some_metric"
 def test_to_tensor_accepts_numpy_lists_and_tensors():
     arr = np.arange(6.0).reshape(2, 3)
     torch.testing.assert_close(v.to_tensor(arr, "x", FN), torch.from_numpy(arr))
-    torch.testing.assert_close(v.to_tensor([[0.0, 1.0]], "x", FN), torch.tensor([[0.0, 1.0]]).double())
+    torch.testing.assert_close(
+        v.to_tensor([[0.0, 1.0]], "x", FN), torch.tensor([[0.0, 1.0]]).double()
+    )
     t = torch.ones(3, requires_grad=True)
     assert not v.to_tensor(t, "x", FN).requires_grad
 

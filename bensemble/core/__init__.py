@@ -10,10 +10,10 @@ from bensemble.core.member import (
     DROPOUT_TYPES,
     ExplicitMembers,
     MemberAdapter,
-    SklearnMembers,
     StochasticMembers,
 )
 from bensemble.core.packed import PackedMembers
+from bensemble.core.sklearn_members import SklearnMembers
 from bensemble.core.types import (
     KLProvider,
     MemberPredictions,

@@ -16,13 +16,9 @@ import torch
 from torch import nn
 
 from bensemble._validation import check_option, check_positive_int
-from bensemble.core.member import (
-    ExplicitMembers,
-    MemberAdapter,
-    SklearnMembers,
-    StochasticMembers,
-)
+from bensemble.core.member import ExplicitMembers, MemberAdapter, StochasticMembers
 from bensemble.core.packed import PACKED_OPTIONS, PackedMembers, packable
+from bensemble.core.sklearn_members import SklearnMembers
 from bensemble.core.types import MemberPredictions, PosteriorSource, Predictions
 
 __all__ = ["Ensemble"]
@@ -181,6 +177,6 @@ class Ensemble(nn.Module):
     def from_sklearn(cls, estimator: Any) -> Ensemble:
         """Members are the sub-estimators of a fitted scikit-learn forest or bagging classifier.
 
-        See :class:`~bensemble.core.member.SklearnMembers`; member outputs are probabilities.
+        See :class:`~bensemble.core.sklearn_members.SklearnMembers`; members give probabilities.
         """
         return cls(members=SklearnMembers(estimator))

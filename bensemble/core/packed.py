@@ -8,8 +8,9 @@ matrix product ``x [B, D] @ W^T [D, M * H]``; every later linear layer is one ba
 ``[M, B, H]``. Results equal the member-by-member loop up to float rounding (the same dot
 products, possibly summed in another order).
 
-The stacked weights are cached and rebuilt when any member parameter changes (its storage or
-its in-place version counter), so training members between predictions is safe.
+The stacked weights are cached and rebuilt when any member layer or parameter changes (its
+identity or its in-place version counter), so training members between predictions is safe; a
+member that stops being packable (a layer replaced by another kind) falls back to the loop.
 """
 
 from __future__ import annotations
@@ -24,13 +25,19 @@ from torch import nn
 from bensemble.core.member import ExplicitMembers
 from bensemble.core.types import MemberPredictions
 
-__all__ = ["PackedMembers", "packable", "PACKED_OPTIONS", "PACK_MAX_WORK"]
+__all__ = ["PackedMembers", "packable", "PACKED_OPTIONS", "PACK_MAX_WORK", "PACK_MAX_ROWS"]
 
 #: Values of ``packed`` in :meth:`bensemble.core.Ensemble.from_models`.
 PACKED_OPTIONS = ("auto", True, False)
-#: "auto" packs on CPU when ``B * sum(in * out)`` multiply-adds per member stay below this
-#: (measured on a 2-core CPU: packing wins clearly below ~1e5, breaks even near ~1e6).
-PACK_MAX_WORK = 400_000
+#: "auto" packs on a CPU when the batch has at most :data:`PACK_MAX_ROWS` rows and
+#: ``B * sum(in * out)`` (multiply-adds of one member's forward pass) is at most this.
+#: Fitted on a shared 2-core CPU, one thread (benchmarks/bench_packed.py): packing won 1.2-3.5x
+#: for batches up to 64 rows with up to ~1.2e6 multiply-adds, and lost (0.5-0.9x) from 256 rows
+#: or ~5e6 multiply-adds, where the matrix products dominate and the batched kernel is slower
+#: than ``M`` separate ones.
+PACK_MAX_WORK = 1_500_000
+#: See :data:`PACK_MAX_WORK`.
+PACK_MAX_ROWS = 128
 
 # Element-wise modules that act identically on [B, H] and [M, B, H].
 _ELEMENTWISE = (
@@ -99,7 +106,8 @@ class PackedMembers(ExplicitMembers):
 
     The models stay stored as in ``ExplicitMembers`` (same ``state_dict`` keys); only
     :meth:`predict_all` differs. With ``packed="auto"`` the packed pass is used for 2-D inputs
-    when the members are tiny (see :data:`PACK_MAX_WORK`) or live on a GPU, and the plain loop
+    when the members and the batch are small (see :data:`PACK_MAX_WORK`) or live on a GPU, and
+    the plain loop
     otherwise; ``packed=True`` always packs.
 
     Args:
@@ -120,82 +128,93 @@ class PackedMembers(ExplicitMembers):
                 "element-wise activation layers (got members that cannot be packed)"
             )
         self.packed = packed
-        self._cache_key: list[tuple[int, int]] | None = None
-        self._cache: list[tuple[torch.Tensor, torch.Tensor | None] | None] = []
-        self._cache_refs: list[torch.Tensor] = []
+        self._cache_key: list[int] | None = None
+        self._cache: list[tuple] | None = None
+        self._cache_refs: list[Any] = []
+        self._work_per_row = 0
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()  # the stacked-weight cache is rebuilt, not pickled
-        state["_cache_key"], state["_cache"], state["_cache_refs"] = None, [], []
+        state["_cache_key"], state["_cache"], state["_cache_refs"] = None, None, []
         return state
 
-    def _work(self, x: torch.Tensor) -> int:
-        per_row = sum(
-            layer.in_features * layer.out_features
-            for layer in self.models[0]
-            if isinstance(layer, nn.Linear)
-        )
-        return int(x.shape[0]) * per_row
+    def _key(self) -> list[int]:
+        """Identity of every layer and parameter, and in-place versions (cheap to compare)."""
+        key: list[int] = []
+        for model in self.models:
+            for layer in model._modules.values():
+                key.append(id(layer))
+                for p in layer._parameters.values():
+                    if p is not None:
+                        key.append(id(p))
+                        key.append(p._version)
+        return key
+
+    def _refs(self) -> list[Any]:
+        """Every layer and parameter named in the key, held so that no id in it is reused."""
+        return [
+            obj
+            for model in self.models
+            for layer in model._modules.values()
+            for obj in (layer, *layer._parameters.values())
+        ]
+
+    def _plan(self) -> list[tuple] | None:
+        """The packed steps, rebuilt when a member layer or parameter changed; ``None`` if
+        the members are no longer packable."""
+        key = self._key()
+        if key == self._cache_key:
+            return self._cache
+        plan: list[tuple] | None = None
+        work = 0
+        if packable(self.models):
+            plan = []
+            shared = True  # input still [B, D], common to all members
+            for i, layer in enumerate(self.models[0]):
+                if not isinstance(layer, nn.Linear):
+                    plan.append(("map", layer))
+                    continue
+                work += layer.in_features * layer.out_features
+                weight = torch.stack([m[i].weight.detach() for m in self.models])
+                bias = None
+                if layer.bias is not None:
+                    bias = torch.stack([m[i].bias.detach() for m in self.models])
+                if shared:  # one wide product: [B, D] @ [D, M * out]
+                    wide_bias = None if bias is None else bias.reshape(-1)
+                    plan.append(("wide", weight.reshape(-1, weight.shape[2]), wide_bias))
+                    shared = False
+                else:  # [M, B, in] @ [M, in, out] (+ [M, 1, out])
+                    plan.append(
+                        ("bmm", weight.transpose(1, 2), None if bias is None else bias.unsqueeze(1))
+                    )
+        self._cache, self._cache_key, self._cache_refs = plan, key, self._refs()
+        self._work_per_row = work
+        return plan
 
     def use_packed(self, x: Any) -> bool:
         """Whether :meth:`predict_all` takes the packed path for this input."""
-        if not isinstance(x, torch.Tensor) or x.ndim != 2:
+        if not isinstance(x, torch.Tensor) or x.ndim != 2 or self._plan() is None:
             return False
-        if self.packed is True:
+        if self.packed is True or x.device.type != "cpu":
             return True
-        return x.device.type != "cpu" or self._work(x) <= PACK_MAX_WORK
-
-    def _parameter_key(self) -> tuple[list[tuple[int, int]], list[torch.Tensor]]:
-        """Identity and in-place version of every member parameter (cheap to compare)."""
-        params = [
-            p
-            for model in self.models
-            for layer in model._modules.values()
-            for p in layer._parameters.values()
-            if p is not None
-        ]
-        return [(id(p), p._version) for p in params], params
-
-    def _stacked(self) -> list[tuple[torch.Tensor, torch.Tensor | None] | None]:
-        key, params = self._parameter_key()
-        if key != self._cache_key:
-            self._cache_refs = params  # keeps the ids in the key from being reused
-            cache: list[tuple[torch.Tensor, torch.Tensor | None] | None] = []
-            for i, layer in enumerate(self.models[0]):
-                if isinstance(layer, nn.Linear):
-                    weight = torch.stack([m[i].weight.detach() for m in self.models])
-                    bias = (
-                        torch.stack([m[i].bias.detach() for m in self.models])
-                        if layer.bias is not None
-                        else None
-                    )
-                    cache.append((weight, bias))
-                else:
-                    cache.append(None)
-            self._cache, self._cache_key = cache, key
-        return self._cache
+        rows = x.shape[0]
+        return rows <= PACK_MAX_ROWS and rows * self._work_per_row <= PACK_MAX_WORK
 
     @torch.no_grad()
     def predict_all(self, x: Any) -> MemberPredictions:
         if not self.use_packed(x):
             return super().predict_all(x)
         n_members = len(self.models)
-        h = x  # [B, D] shared by all members until the first linear layer
-        shared = True
-        for layer, packed in zip(self.models[0], self._stacked()):
-            if packed is None:
-                h = layer(h)
-                continue
-            weight, bias = packed  # [M, out, in], [M, out]
-            if shared:
-                out = weight.shape[1]
-                wide = F.linear(
-                    h, weight.reshape(-1, weight.shape[2]), None if bias is None else bias.view(-1)
-                )  # [B, M * out]
-                h = wide.view(h.shape[0], n_members, out).transpose(0, 1)
-                shared = False
-            elif bias is None:
-                h = torch.bmm(h, weight.transpose(1, 2))
+        h = x
+        for step in self._cache:
+            kind = step[0]
+            if kind == "map":
+                h = step[1](h)
+            elif kind == "wide":
+                wide = F.linear(h, step[1], step[2])  # [B, M * out]
+                h = wide.view(h.shape[0], n_members, -1).transpose(0, 1)
+            elif step[2] is None:
+                h = torch.bmm(h, step[1])
             else:
-                h = torch.baddbmm(bias.unsqueeze(1), h, weight.transpose(1, 2))
+                h = torch.baddbmm(step[2], h, step[1])
         return h.contiguous()

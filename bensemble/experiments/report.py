@@ -51,6 +51,12 @@ _TMP_PREFIX = ".bensemble-tmp-"
 
 
 # --------------------------------------------------------------------------- atomic writes
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> Path:
     """Write a file atomically: ``write(handle)`` fills a temp file that then replaces ``path``.
 
@@ -71,6 +77,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> 
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
+        # mkstemp creates owner-only files; a report is for reading, so honour the umask.
+        os.chmod(tmp, 0o666 & ~_current_umask())
         os.replace(tmp, target)
     except BaseException:
         try:

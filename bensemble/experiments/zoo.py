@@ -84,9 +84,7 @@ class ZooSettings:
     @classmethod
     def quick(cls, **overrides: Any) -> ZooSettings:
         """Smaller settings for tests and ``--quick`` runs (same structure, fewer draws)."""
-        base = cls(
-            epochs=10, n_members=5, n_samples=30, n_trees=30, blr_draws=300, blr_burn_in=200
-        )
+        base = cls(epochs=10, n_members=5, n_samples=30, n_trees=30, blr_draws=300, blr_burn_in=200)
         return replace(base, **overrides)
 
 
@@ -152,7 +150,9 @@ def member_probs(
             net = make_mlp(n_features, n_classes, settings.hidden, dropout=settings.dropout)
             mode = "dropout"
         else:
-            net = make_mlp(n_features, n_classes, settings.hidden, dropconnect_p=settings.dropconnect_p)
+            net = make_mlp(
+                n_features, n_classes, settings.hidden, dropconnect_p=settings.dropconnect_p
+            )
             mode = "dropconnect"
         net = _train_net(net, x_tr, y_tr, settings, seed)
         ensemble = Ensemble.from_stochastic(
@@ -160,7 +160,9 @@ def member_probs(
         )
         out = ensemble.predict_member_probs(x_ev)
     elif method == "Bayesian Deep":
-        net = _train_net(make_mlp(n_features, n_classes, settings.hidden), x_tr, y_tr, settings, seed)
+        net = _train_net(
+            make_mlp(n_features, n_classes, settings.hidden), x_tr, y_tr, settings, seed
+        )
         laplace = LastLayerLaplace(net, generator=g).fit((x_tr, y_tr))
         out = laplace.sample_members(x_ev, settings.n_samples, generator=g)
     elif method == "Random Forest":

@@ -22,7 +22,7 @@ from bensemble._validation import (
     check_positive_int,
     check_same_length,
 )
-from bensemble.core.member import SklearnMembers
+from bensemble.core.sklearn_members import SklearnMembers
 
 __all__ = ["forest_members", "RandomForestMembers"]
 

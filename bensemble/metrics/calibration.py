@@ -2,7 +2,7 @@ r"""Classical calibration errors (top-label and classwise) and reliability-diagr
 
 Every metric is *validate -> update -> compute*: :func:`binned_calibration_stats` (or its top-label
 form) reduces the inputs to per-bin sufficient statistics (:class:`CalibrationBins`: count,
-sum of confidences, sum of correctness) in one ``bincount`` pass each, and
+sum of confidences, sum of correctness) in one accumulation pass each, and
 :func:`calibration_error_from_bins` turns them into a number. The streaming
 :class:`~bensemble.metrics.streaming.CalibrationErrorMeter` runs the same two steps batch by batch.
 
@@ -52,7 +52,7 @@ from bensemble.metrics._binning import (
     ungroup,
     uniform_bin_ids,
 )
-from bensemble.metrics.scoring import _check_probs_targets
+from bensemble.metrics.scoring import _check_probs_targets, _top_label
 
 __all__ = [
     "CalibrationBins",
@@ -149,15 +149,21 @@ def _norm_from_sums(
 
 
 def _binned_stats(
-    confidences: torch.Tensor, correct: torch.Tensor, n_bins: int, binning: str
+    confidences: torch.Tensor,
+    correct: torch.Tensor,
+    n_bins: int,
+    binning: str,
+    c64: torch.Tensor | None = None,
 ) -> CalibrationBins:
     """Kernel: confidences ``[N]`` (their dtype sets the edge comparison) and bool ``correct [N]``
     -> :class:`CalibrationBins`.
 
     Correct and incorrect samples are two groups of one binning, so a single unweighted and a
-    single confidence-weighted (float64) ``bincount`` give all three statistics.
+    single confidence-weighted (float64) accumulation give all three statistics. ``c64`` may
+    pass the float64 copy of ``confidences`` if the caller already has it.
     """
-    c64 = confidences.to(_F64)
+    if c64 is None:
+        c64 = confidences.to(_F64)
     if binning == "uniform":
         edges = grid_edges(n_bins, confidences.device)
         ids = uniform_bin_ids(confidences, n_bins, groups=correct, n_groups=2)
@@ -172,8 +178,15 @@ def _top_label_stats(
     probs: torch.Tensor, targets: torch.Tensor, n_bins: int, binning: str
 ) -> CalibrationBins:
     """Top-label statistics of validated ``probs [N, K]`` and int64 ``targets [N]``."""
-    confidence, prediction = probs.max(dim=1)
-    return _binned_stats(confidence, prediction == targets, n_bins, binning)
+    confidence, prediction = _top_label(probs)
+    correct = prediction == targets
+    if prediction.dtype == torch.int64 and prediction.is_contiguous():
+        # the int64 indices are dead now: their buffer holds the float64 confidences (saves a
+        # fresh 8-byte-per-sample allocation, whose page faults cost as much as the copy)
+        c64 = prediction.view(_F64).copy_(confidence)
+    else:  # pragma: no cover - argmax always returns contiguous int64 indices
+        c64 = confidence.to(_F64)
+    return _binned_stats(confidence, correct, n_bins, binning, c64)
 
 
 def _check_confidences_correct(
@@ -237,9 +250,7 @@ def calibration_error_from_bins(bins: CalibrationBins, norm: str = "l1") -> floa
     """
     fn = "calibration_error_from_bins"
     if not isinstance(bins, CalibrationBins):
-        raise ValueError(
-            f"{fn}: `bins` must be a CalibrationBins (got {type(bins).__name__})"
-        )
+        raise ValueError(f"{fn}: `bins` must be a CalibrationBins (got {type(bins).__name__})")
     check_option(norm, "norm", NORMS, fn)
     if bins.total <= 0:
         raise ValueError(f"{fn}: `bins` must hold at least one sample (got 0)")
@@ -296,7 +307,7 @@ def expected_calibration_error(
 
     with confidence :math:`\max_k p_{ik}` and correctness ``argmax == target`` (first index on
     ties), equal-width bins ``(lower, upper]``. Cost: one ``max`` over classes, a cheap
-    validation pass, then O(N) elementwise work and two ``bincount`` calls, whatever ``n_bins``.
+    validation pass, then O(N) elementwise work and two accumulation passes, whatever ``n_bins``.
 
     Args:
         probs: ``[N, K]`` class probabilities (or logits with ``from_logits=True``).
@@ -362,7 +373,7 @@ def classwise_calibration_error(
     for ``norm="l1"`` (``"l2"`` / ``"max"`` apply the same norm per class before the mean). Each
     class is binned like :func:`calibration_error` (``P(y = k) = 0`` falls in bin 0; quantile
     edges are per class). Vectorised: the bin id of every entry is offset by its class, one
-    ``bincount`` serves all classes. Works on a float64 copy of ``probs`` (``K`` values a sample).
+    accumulation serves all classes. Works on a float64 copy of ``probs`` (``K`` values a sample).
 
     Args:
         probs: ``[N, K]`` class probabilities (or logits with ``from_logits=True``).

@@ -42,6 +42,7 @@ from bensemble._validation import (
 )
 from bensemble.metrics._binning import bin_sums
 from bensemble.metrics._kmeans import (
+    DEFAULT_REFINE,
     DEFAULT_SUBSAMPLE,
     MIN_MINIBATCH,
     _assign,
@@ -113,13 +114,25 @@ class EECEDetails:
 # ----------------------------------------------------------------------------- kernels
 
 
+def _member_variance(cols: torch.Tensor, chunk: int = 1 << 16) -> torch.Tensor:
+    """Population variance over members of ``cols [H, R]`` -> ``[R]``: the two-pass formula
+    (mean, then mean squared deviation), a block of columns at a time. About 3x faster than
+    ``torch.var`` over the member axis, without a full-size temporary."""
+    out = torch.empty(cols.shape[1], dtype=_F64, device=cols.device)
+    for start in range(0, cols.shape[1], chunk):
+        block = cols[:, start : start + chunk]
+        dev = block - block.mean(dim=0)
+        out[start : start + chunk] = dev.mul_(dev).mean(dim=0)
+    return out
+
+
 def _eece_update(
-    vectors: torch.Tensor, y: torch.Tensor, eu: torch.Tensor, ids: torch.Tensor, n_slots: int
+    cols: torch.Tensor, y: torch.Tensor, eu: torch.Tensor, ids: torch.Tensor, n_slots: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-bin sufficient statistics in one pass each.
 
     Args:
-        vectors: ``[R, H]`` float64 member vectors (a view is fine).
+        cols: ``[H, R]`` float64 member probabilities, one column per row (point).
         y: ``[R]`` float64 0/1 outcomes.
         eu: ``[R]`` float64 reported epistemic uncertainty.
         ids: ``[R]`` int64 bin ids in ``[0, n_slots)``.
@@ -129,9 +142,10 @@ def _eece_update(
         ``(counts [B], sum_y [B], sum_eu [B], sum_p [B, H])``.
     """
     counts, sum_y, sum_eu = bin_sums(ids, n_slots, y, eu)
-    sum_p = torch.zeros(n_slots, vectors.shape[1], dtype=_F64, device=vectors.device)
-    sum_p.index_add_(0, ids, vectors)
-    return counts, sum_y, sum_eu, sum_p
+    # index_add_ along the point axis of the [H, R] layout: 2-4x faster than on its transpose.
+    sum_p = torch.zeros(cols.shape[0], n_slots, dtype=_F64, device=cols.device)
+    sum_p.index_add_(1, ids, cols)
+    return counts, sum_y, sum_eu, sum_p.T
 
 
 def _eece_compute(
@@ -271,6 +285,7 @@ def expected_epistemic_calibration_error(
     return_details: bool = False,
     *,
     subsample: int | None = DEFAULT_SUBSAMPLE,
+    refine: int = DEFAULT_REFINE,
     max_iter: int = 300,
     tol: float = 1e-4,
     batch_size: int = MIN_MINIBATCH,
@@ -307,6 +322,7 @@ def expected_epistemic_calibration_error(
             ``"faiss"``.
         return_details: return an :class:`EECEDetails` instead of the float.
         subsample: K-means fits on this many seeded rows when ``N`` is larger (``None``: all).
+        refine: after a subsample fit, this many Lloyd steps over all ``N`` rows.
         max_iter: maximum Lloyd iterations.
         tol: Lloyd tolerance relative to the mean feature variance.
         batch_size: mini-batch size of the ``"minibatch"`` backend.
@@ -327,7 +343,7 @@ def expected_epistemic_calibration_error(
     n_bins = check_n_bins(n_bins, fn)
     check_option(binning, "binning", BINNINGS, fn)
     check_option(multiclass, "multiclass", MULTICLASS, fn)
-    batch_size = _check_fit_options(fn, backend, subsample, max_iter, tol, batch_size)
+    batch_size = _check_fit_options(fn, backend, subsample, refine, max_iter, tol, batch_size)
     if bins is not None and centroids is not None:
         raise ValueError(f"{fn}: pass either `bins` or `centroids`, not both (got both)")
     if bins is None and binning == "kmeans_fit" and centroids is None:
@@ -342,9 +358,10 @@ def expected_epistemic_calibration_error(
     y = as_labels(labels, "labels", fn, n=n, num_classes=n_classes, device=p.device)
     ids_given = _check_bins(bins, n, fn) if bins is not None else None
 
-    # Rows: [R, H] member vectors, [R] outcomes, R = N (binary / top-label) or K * N (classwise).
+    # Columns: [H, R] member probabilities and [R] outcomes, R = N (binary / top-label) or K * N
+    # (classwise, class-major). The member vectors that K-means bins are the rows of cols.T.
     if classwise:
-        vectors = p.permute(2, 1, 0).reshape(n_classes * n, n_members)  # class-major copy
+        cols = p.permute(0, 2, 1).reshape(n_members, n_classes * n)  # class-major copy
         outcome = (y[None, :] == torch.arange(n_classes, device=p.device)[:, None]).reshape(-1)
         eu_shape: tuple[int, ...] = (n, n_classes)
         groups = n_classes
@@ -356,11 +373,11 @@ def expected_epistemic_calibration_error(
         else:
             q = p
             outcome = y == 1
-        vectors = q.T  # [N, H] view
+        cols = q
         eu_shape = (n,)
         groups = 1
     if eu is None:
-        eu_rows = vectors.var(dim=1, unbiased=False)
+        eu_rows = _member_variance(cols)
     else:
         eu_t = _check_eu(eu, eu_shape, fn).to(p.device)
         eu_rows = eu_t.T.reshape(-1) if classwise else eu_t
@@ -385,7 +402,7 @@ def expected_epistemic_calibration_error(
         class_ids, class_slots, infos = [], [], []
         for k in range(groups):
             ids_k, m_k, info = _partition(
-                vectors[k * n : (k + 1) * n],
+                cols[:, k * n : (k + 1) * n].T,
                 binning=binning,
                 n_bins=n_bins,
                 centroids=None if class_centroids is None else class_centroids[k],
@@ -393,6 +410,7 @@ def expected_epistemic_calibration_error(
                 seed=run_seed,
                 fit_options={
                     "subsample": subsample,
+                    "refine": refine,
                     "max_iter": max_iter,
                     "tol": tol,
                     "batch_size": batch_size,
@@ -407,7 +425,7 @@ def expected_epistemic_calibration_error(
     offsets = torch.arange(groups, device=p.device).repeat_interleave(n) * slots
     flat_ids = torch.cat(class_ids) + offsets
 
-    sums = _eece_update(vectors, outcome.to(_F64), eu_rows, flat_ids, groups * slots)
+    sums = _eece_update(cols, outcome.to(_F64), eu_rows, flat_ids, groups * slots)
     stats = _eece_compute(*sums)
     per_class = stats.pop("weighted").view(groups, slots).sum(dim=1) / n
     value = float(per_class.mean())

@@ -29,11 +29,37 @@ def _check_probs_targets(
     Probabilities keep their floating dtype (the checks run in it, without a float64 copy of the
     matrix); ``from_logits=True`` returns the float64 softmax.
     """
-    p = as_probs(
-        probs, "probs", fn, from_logits=from_logits, dtype=_F64 if from_logits else None
-    )
+    p = as_probs(probs, "probs", fn, from_logits=from_logits, dtype=_F64 if from_logits else None)
     y = as_labels(targets, "targets", fn, n=p.shape[0], num_classes=p.shape[1], device=p.device)
     return p, y
+
+
+# Same-size integer types: for non-negative floats the bit patterns order like the values.
+_INT_VIEW = {
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+    torch.float32: torch.int32,
+    torch.float64: torch.int64,
+}
+
+
+def _top_label(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-label confidence and prediction of validated ``probs [N, K]``.
+
+    Same result as ``probs.max(dim=1)`` (first index on ties), computed as an ``argmax`` over the
+    integer view of the values plus a gather: valid because validated probabilities are finite
+    and non-negative, whose IEEE bit patterns order like the values (a row's maximum is never a
+    signed zero). On the CPU this is 2-3x cheaper than ``torch.max``'s value-and-index kernel.
+
+    Returns:
+        ``(confidence [N], prediction [N] int64)``.
+    """
+    view = _INT_VIEW.get(probs.dtype)
+    if view is None:  # pragma: no cover - as_probs only returns the dtypes above
+        values, indices = probs.max(dim=1)
+        return values, indices
+    prediction = probs.view(view).argmax(dim=1)
+    return probs.gather(1, prediction[:, None]).squeeze(1), prediction
 
 
 def negative_log_likelihood(
@@ -44,8 +70,9 @@ def negative_log_likelihood(
     .. math:: \mathrm{NLL} = -\frac{1}{N}\sum_i \log(p_{i, y_i} + \varepsilon)
 
     A strictly proper scoring rule; lower is better. ``eps`` keeps a zero probability finite
-    (``eps=0`` gives ``inf`` there). With ``from_logits=True`` the same formula is applied to the
-    float64 softmax, so both input forms give the same number.
+    (``eps=0`` gives ``inf`` there); it also lets a certain, correct prediction score
+    ``-log(1 + eps)``, about ``-1e-8``, as in bensemble 0.2. With ``from_logits=True`` the same
+    formula is applied to the float64 softmax, so both input forms give the same number.
 
     Args:
         probs: ``[N, K]`` class probabilities (or logits with ``from_logits=True``).
@@ -112,4 +139,4 @@ def accuracy(probs: Any, targets: Any, *, from_logits: bool = False) -> float:
     """
     fn = "accuracy"
     p, y = _check_probs_targets(probs, targets, fn, from_logits)
-    return float((p.argmax(1) == y).to(_F64).mean())
+    return float((_top_label(p)[1] == y).to(_F64).mean())

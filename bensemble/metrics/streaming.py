@@ -72,8 +72,7 @@ class CalibrationErrorMeter:
         p, y = _check_probs_targets(probs, targets, fn, self.from_logits)
         if self._seen_classes is not None and p.shape[1] != self._seen_classes:
             raise ValueError(
-                f"{fn}: `probs` must have {self._seen_classes} classes "
-                f"(got shape {tuple(p.shape)})"
+                f"{fn}: `probs` must have {self._seen_classes} classes (got shape {tuple(p.shape)})"
             )
         self._seen_classes = int(p.shape[1])
         stats = _top_label_stats(p, y, self.n_bins, "uniform")

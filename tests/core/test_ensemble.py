@@ -57,6 +57,8 @@ def test_from_models_predictions() -> None:
     assert not torch.allclose(bma, reference.mean(0).softmax(-1), atol=1e-4)
     assert ens.num_members == 4 and ens.member_modules == models
     assert ens.output_kind == "logits"
+    with ens.sample_masks():  # fixed members: a no-op context
+        torch.testing.assert_close(ens.predict_members(x), members, rtol=0, atol=0)
 
 
 def test_probability_members_are_not_softmaxed_again() -> None:
@@ -265,3 +267,9 @@ def test_from_sklearn_validation(data) -> None:
         ens.predict_members(x[0])
     with pytest.raises(ValueError, match="`x` must be finite"):
         ens.predict_members(np.full((2, 5), np.nan))
+
+
+def test_from_sklearn_survives_torch_save(data) -> None:
+    x, y = data
+    ens = Ensemble.from_sklearn(RandomForestClassifier(n_estimators=4, random_state=0).fit(x, y))
+    assert torch.equal(_roundtrip(ens).predict_members(x), ens.predict_members(x))

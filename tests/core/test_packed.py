@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from bensemble.core import Ensemble, ExplicitMembers, PackedMembers
-from bensemble.core.packed import PACK_MAX_WORK, packable
+from bensemble.core.packed import PACK_MAX_ROWS, PACK_MAX_WORK, packable
 
 
 def _mlps(n: int = 10, dims=(20, 64, 64, 2), act=nn.ReLU, bias: bool = True) -> list[nn.Module]:
@@ -76,6 +76,11 @@ def test_cache_follows_parameter_updates() -> None:
     torch.testing.assert_close(after, _loop(models, x), rtol=1e-6, atol=1e-6)
     models[0].load_state_dict(models[2].state_dict())
     torch.testing.assert_close(ens.predict_members(x), _loop(models, x), rtol=1e-6, atol=1e-6)
+    models[1][0].weight = nn.Parameter(torch.randn(8, 4))  # a replaced parameter
+    torch.testing.assert_close(ens.predict_members(x), _loop(models, x), rtol=1e-6, atol=1e-6)
+    models[2][1] = nn.Tanh()  # a replaced layer: no longer packable, the loop takes over
+    assert not ens.members.use_packed(x)
+    torch.testing.assert_close(ens.predict_members(x), _loop(models, x), rtol=0, atol=0)
 
 
 def test_auto_choice_and_fallbacks() -> None:
@@ -84,9 +89,11 @@ def test_auto_choice_and_fallbacks() -> None:
     assert isinstance(ens.members, PackedMembers)
     members = ens.members
     small = torch.randn(8, 20)
-    per_row = 20 * 64 + 64 * 64 + 64 * 2
-    big = torch.randn(PACK_MAX_WORK // per_row + 1, 20)
-    assert members.use_packed(small) and not members.use_packed(big)
+    assert members.use_packed(small)
+    assert not members.use_packed(torch.randn(PACK_MAX_ROWS + 1, 20))  # many rows: loop
+    wide = Ensemble.from_models(_mlps(2, (20, 512, 512, 2))).members
+    assert 8 * (20 * 512 + 512 * 512 + 512 * 2) > PACK_MAX_WORK
+    assert not wide.use_packed(torch.randn(8, 20))  # too much work per member: loop
     assert not members.use_packed(torch.randn(2, 3, 20))  # 3-D input: the loop handles it
     torch.testing.assert_close(
         members.predict_all(torch.randn(2, 3, 20)).shape, torch.Size([4, 2, 3, 2])
@@ -125,5 +132,5 @@ def test_packed_state_dict_and_pickle() -> None:
     torch.save(ens, buffer)
     buffer.seek(0)
     loaded = torch.load(buffer, weights_only=False)
-    assert loaded.members._cache == []
+    assert loaded.members._cache is None
     torch.testing.assert_close(loaded.predict_members(x), ens.predict_members(x))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -229,3 +230,16 @@ def test_matplotlib_is_imported_only_for_figures(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert result.stdout.strip() == "False"
+
+
+def test_atomic_write_gives_readable_permissions(tmp_path):
+    import stat
+
+    from bensemble.experiments.report import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        path = atomic_write_text(tmp_path / "table.md", "x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644

@@ -44,8 +44,15 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 # ----------------------------------------------------------------------------- data helpers
 
 
-def _probs(seed: int, n: int, k: int, dtype=torch.float64, scale: float = 2.0, on_edges=0.0,
-           n_bins: int = 15):
+def _probs(
+    seed: int,
+    n: int,
+    k: int,
+    dtype=torch.float64,
+    scale: float = 2.0,
+    on_edges=0.0,
+    n_bins: int = 15,
+):
     """Softmax probabilities; a fraction ``on_edges`` of rows has its top probability exactly on
     a bin edge (as seen in ``dtype``), plus a few rows at confidence 1."""
     g = torch.Generator().manual_seed(seed)
@@ -358,8 +365,9 @@ def test_quantile_bins_have_equal_mass_and_ties_stay_together():
     bins = binned_calibration_stats(c, torch.ones(1000), 10, "quantile")
     assert bins.n_bins == 10 and bins.counts.sum() == 1000
     assert (bins.counts == 600).sum() == 1 and (bins.counts == 0).sum() >= 5
-    d = reliability_diagram(torch.stack([c, 1 - c], 1), torch.zeros(1000, dtype=torch.long), 10,
-                            binning="quantile")
+    d = reliability_diagram(
+        torch.stack([c, 1 - c], 1), torch.zeros(1000, dtype=torch.long), 10, binning="quantile"
+    )
     assert len(d["edges"]) == 11 and sum(d["counts"]) == 1000
 
 
@@ -385,12 +393,14 @@ def test_classwise_matches_numpy_loop(norm, dtype, binning):
         ref = _reference_numpy_classwise(probs, y, 10, norm)
     else:
         p = probs.double().numpy()
-        ref = np.mean([
-            _reference_numpy_calibration_error(
-                p[:, k], y.numpy() == k, _reference_numpy_quantile_edges(p[:, k], 10), norm
-            )
-            for k in range(5)
-        ])
+        ref = np.mean(
+            [
+                _reference_numpy_calibration_error(
+                    p[:, k], y.numpy() == k, _reference_numpy_quantile_edges(p[:, k], 10), norm
+                )
+                for k in range(5)
+            ]
+        )
     assert ours == pytest.approx(ref, abs=1e-12)
 
 
@@ -460,6 +470,9 @@ def test_numpy_and_torch_inputs_agree():
     assert classwise_calibration_error(probs.numpy(), y.numpy().astype(np.int32)) == (
         classwise_calibration_error(probs, y)
     )
+    strided = probs.t().contiguous().t()  # column-major layout
+    for fn in (expected_calibration_error, classwise_calibration_error):
+        assert fn(strided, y, 10) == pytest.approx(fn(probs, y, 10), abs=1e-15)
 
 
 # ----------------------------------------------------------------------------- guide
@@ -520,8 +533,9 @@ def test_calibration_bins_properties_and_addition():
 
 def test_calibration_error_from_bins_rejects_bad_input():
     bins = binned_calibration_stats([0.5], [1], n_bins=3)
-    empty = CalibrationBins(bins.edges, bins.counts * 0, bins.sum_confidence * 0,
-                            bins.sum_correct * 0)
+    empty = CalibrationBins(
+        bins.edges, bins.counts * 0, bins.sum_confidence * 0, bins.sum_correct * 0
+    )
     with pytest.raises(ValueError, match="calibration_error_from_bins: `bins` must hold"):
         calibration_error_from_bins(empty)
     with pytest.raises(ValueError, match="`bins` must be a CalibrationBins"):
@@ -539,8 +553,9 @@ def test_cuda_matches_cpu(dtype):
     probs, y = _probs(12, 5000, 4, dtype, on_edges=0.2)
     for fn in (expected_calibration_error, classwise_calibration_error):
         assert fn(probs.cuda(), y.cuda()) == pytest.approx(fn(probs, y), abs=1e-12)
-    assert reliability_diagram(probs.cuda(), y.cuda())["counts"] == (
-        _reference_bensemble_reliability(probs.cuda(), y.cuda(), 15)["counts"]
+    assert (
+        reliability_diagram(probs.cuda(), y.cuda())["counts"]
+        == (_reference_bensemble_reliability(probs.cuda(), y.cuda(), 15)["counts"])
     )
 
 
@@ -562,10 +577,19 @@ BAD_PROB_INPUTS = [
     pytest.param(np.zeros((0, 2)), np.zeros(0, dtype=int), "`probs` must not be empty", id="empty"),
     pytest.param(np.array([[np.nan, 1.0], [0.4, 0.6]]), _Y, "`probs` must be finite", id="nan"),
     pytest.param(np.array([[np.inf, 0.0], [0.4, 0.6]]), _Y, "`probs` must be finite", id="inf"),
-    pytest.param(np.array([[1.2, -0.2], [0.4, 0.6]]), _Y, r"`probs` must hold probabilities in "
-                 r"\[0, 1\].*from_logits", id="range"),
-    pytest.param(np.array([[2.0, 0.5], [0.4, 0.6]]) / 2, _Y, "`probs` must have rows summing to "
-                 "1.*logits.*from_logits=True", id="rows-not-summing"),
+    pytest.param(
+        np.array([[1.2, -0.2], [0.4, 0.6]]),
+        _Y,
+        r"`probs` must hold probabilities in "
+        r"\[0, 1\].*from_logits",
+        id="range",
+    ),
+    pytest.param(
+        np.array([[2.0, 0.5], [0.4, 0.6]]) / 2,
+        _Y,
+        "`probs` must have rows summing to 1.*logits.*from_logits=True",
+        id="rows-not-summing",
+    ),
     pytest.param(np.ones((2, 1)), _Y, "`probs` must have at least 2 classes", id="one-class"),
     pytest.param(_P, np.array([0.0, 1.0]), "`targets` must have an integer dtype", id="float-y"),
     pytest.param(_P, np.array([0, 2]), r"`targets` must lie in \[0, 1\]", id="y-too-big"),
@@ -589,8 +613,9 @@ BAD_OPTIONS = [
     pytest.param({"n_bins": 2.5}, "`n_bins` must be an integer >= 1", id="n_bins-float"),
     pytest.param({"n_bins": True}, "`n_bins` must be an integer >= 1", id="n_bins-bool"),
     pytest.param({"n_bins": "15"}, "`n_bins` must be an integer >= 1", id="n_bins-str"),
-    pytest.param({"binning": "kmeans"}, "`binning` must be one of 'uniform', 'quantile'",
-                 id="binning"),
+    pytest.param(
+        {"binning": "kmeans"}, "`binning` must be one of 'uniform', 'quantile'", id="binning"
+    ),
 ]
 
 
@@ -606,8 +631,9 @@ def test_bad_options_raise(fn, kwargs, match):
 )
 def test_unknown_norm_lists_valid_options(fn):
     args = (_P, _Y) if fn is not calibration_error else (_P[:, 0], _Y)
-    with pytest.raises(ValueError, match=f"^{fn.__name__}: `norm` must be one of 'l1', 'l2', "
-                       "'max' \\(got 'l3'\\)"):
+    with pytest.raises(
+        ValueError, match=f"^{fn.__name__}: `norm` must be one of 'l1', 'l2', 'max' \\(got 'l3'\\)"
+    ):
         fn(*args, norm="l3")
 
 

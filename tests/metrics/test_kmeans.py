@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from bensemble.datasets import make_toy_gaussians
 from bensemble.metrics import assign_bins, fit_bins
 from bensemble.metrics._kmeans import (
     BACKENDS,
@@ -37,6 +38,16 @@ def _toy_vectors(n: int, h: int, seed: int) -> torch.Tensor:
     slope = 1 + 0.3 * torch.randn(h, generator=g, dtype=F64)
     shift = 0.5 * torch.randn(h, generator=g, dtype=F64)
     return torch.sigmoid(s[:, None] * slope[None, :] + shift[None, :])
+
+
+def _toy_problem_vectors(n: int, h: int, seed: int) -> torch.Tensor:
+    """Member vectors [N, H] of logistic members on the two-Gaussian toy problem: most rows sit
+    near the corners 0 and 1, a sparse minority spreads in between."""
+    data = make_toy_gaussians(n, seed=seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    slope = 1 + 0.3 * torch.randn(h, generator=g, dtype=F64)
+    shift = 0.5 * torch.randn(h, generator=g, dtype=F64)
+    return torch.sigmoid(-(5 / 3) * data.x.sum(1)[:, None] * slope + shift)
 
 
 def _fit_default(x, n_bins, **kw):
@@ -185,6 +196,34 @@ def test_subsample_fits_on_a_seeded_subset():
     assert _fit_default(x, 20, subsample=5000).n_fit_rows == 5000
 
 
+def test_refinement_steps_lower_the_inertia_on_all_rows():
+    x = _toy_vectors(6000, 4, seed=6)
+    inertia = [
+        kmeans_inertia(x, _fit_default(x, 40, subsample=1500, refine=r, seed=1).centroids)
+        for r in range(3)
+    ]
+    assert inertia[0] >= inertia[1] >= inertia[2]
+    assert inertia[2] < 0.995 * inertia[0]
+
+
+def test_one_refinement_step_is_a_lloyd_step_over_all_rows():
+    x = _toy_vectors(5000, 3, seed=7)
+    start = _fit_default(x, 25, subsample=1000, refine=0, seed=2).centroids
+    refined = _fit_default(x, 25, subsample=1000, refine=1, seed=2).centroids
+    ids = assign_bins(x, start)
+    counts = torch.bincount(ids, minlength=start.shape[0])
+    means = torch.zeros_like(start).index_add_(0, ids, x) / counts[:, None]
+    torch.testing.assert_close(refined, means[counts > 0], atol=1e-5, rtol=0)
+
+
+def test_minibatch_keeps_sparse_clusters():
+    # scikit-learn's default reassignment_ratio=0.01 made the inertia several times worse here.
+    x = _toy_problem_vectors(20_000, 6, seed=8)
+    ours = _fit_default(x, 100, backend="torch", seed=0)
+    mini = _fit_default(x, 100, backend="minibatch", seed=0)
+    assert mini.inertia < 1.25 * ours.inertia
+
+
 def test_auto_resolves_to_torch():
     x = _toy_vectors(500, 3, seed=5)
     assert _fit_default(x, 5, backend="auto").backend == "torch"
@@ -210,6 +249,7 @@ X = torch.rand(20, 3, dtype=F64)
         pytest.param(lambda: fit_bins(X, 3, max_iter=0), "max_iter", id="max-iter"),
         pytest.param(lambda: fit_bins(X, 3, tol=-1.0), "tol", id="tol"),
         pytest.param(lambda: fit_bins(X, 3, subsample=0), "subsample", id="subsample"),
+        pytest.param(lambda: fit_bins(X, 3, refine=-1), "refine", id="refine"),
         pytest.param(
             lambda: fit_bins(X, 3, backend="minibatch", batch_size=100), "batch_size", id="batch"
         ),

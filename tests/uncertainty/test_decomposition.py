@@ -156,6 +156,9 @@ def test_variance_decomposition() -> None:
     mean_b, eu_b = variance_decomposition(p1)
     assert mean_b.shape == (12,)
     np.testing.assert_allclose(eu_b.numpy(), p1.var(0), rtol=1e-12)
+    mean_bl, eu_bl = variance_decomposition(np.log(p1 / (1 - p1)), from_logits=True)
+    torch.testing.assert_close(mean_bl, mean_b)
+    torch.testing.assert_close(eu_bl, eu_b)
 
 
 # ---------------------------------------------------------------------------- validation

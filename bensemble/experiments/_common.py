@@ -1,0 +1,465 @@
+"""Shared pieces of the paper's reproductions (``bensemble reproduce``).
+
+Every experiment is a function ``run(options) -> ExperimentResult`` that trains producers through
+the public API (:mod:`bensemble.experiments.zoo`, :mod:`bensemble.methods`), scores them with
+:mod:`bensemble.metrics`, prints its table(s) with the paper's value beside ours and writes them
+with :class:`~bensemble.experiments.report.Report`. This module holds what they share:
+
+* :class:`RunOptions` / :class:`ExperimentResult` - what comes in and what goes out;
+* :func:`repeat_seeds`, :func:`mean_sd`, :func:`aggregate` - repeats and their mean +- sd;
+* :func:`binary_scores` - accuracy, ECE, EECE (and TECE when ``P(y = 1 | x)`` is known) of
+  binary member predictions, with the paper's EECE settings (100 K-means bins, seeded);
+* :func:`one_vs_all` - the relabelling of the paper's one-vs-all protocol;
+* :func:`single_thread` - intra-op threads pinned to 1 while an experiment runs (the models are
+  tiny: per-op overhead dominates and on a shared 2-core machine oversubscription costs 10x);
+* small line / bar figures (matplotlib is imported inside the functions only).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bensemble._validation import (
+    as_binary_member_probs,
+    as_confidences,
+    as_labels,
+    check_positive_int,
+)
+from bensemble.experiments.report import Report, format_table, format_value
+from bensemble.experiments.zoo import ZooSettings, member_probs
+from bensemble.methods import EvidentialKNN
+from bensemble.metrics import (
+    accuracy,
+    binary_calibration_error,
+    expected_epistemic_calibration_error,
+    true_epistemic_calibration_error,
+)
+
+__all__ = [
+    "ECE_BINS",
+    "EECE_BACKEND",
+    "EECE_BINS",
+    "NA",
+    "ExperimentResult",
+    "Printer",
+    "RunOptions",
+    "Stopwatch",
+    "aggregate",
+    "bar_figure",
+    "binary_scores",
+    "columns_of",
+    "display_rows",
+    "finish",
+    "line_figure",
+    "mean_sd",
+    "method_member_probs",
+    "one_vs_all",
+    "progress_bar",
+    "repeat_seeds",
+    "single_thread",
+]
+
+#: The paper's EECE setting (appendix B.1.2): 100 K-means bins.
+EECE_BINS = 100
+#: K-means as in the paper ("default scikit-learn parameters"); also the fastest on CPU here.
+EECE_BACKEND = "sklearn"
+#: Bins of the classical ECE of the mean prediction (the paper does not say; 15 equal-width).
+ECE_BINS = 15
+#: Marker of a missing paper value (the text gives no number).
+NA = "n/a"
+SD_SUFFIX = " sd"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Options every experiment takes (the ``bensemble reproduce`` flags).
+
+    Attributes:
+        seed: base seed; repeat ``r`` uses ``seed + r`` for data, training and binning.
+        repeats: independent repetitions (``None``: the experiment's default; 1 when quick).
+        out: report root; the experiment writes into ``out/<experiment>``.
+        quick: tiny settings (seconds) for tests.
+        progress: tqdm progress bars on stderr.
+        extra: experiment-specific options (``features``, ``n_train``, ``data_dir``).
+    """
+
+    seed: int = 0
+    repeats: int | None = None
+    out: str | os.PathLike = "bensemble-report"
+    quick: bool = False
+    progress: bool = True
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def n_repeats(self, default: int) -> int:
+        """The number of repeats: as given, else ``default`` (1 with ``quick``)."""
+        if self.repeats is None:
+            value = 1 if self.quick else default
+        else:
+            value = self.repeats
+        return check_positive_int(value, "repeats", "bensemble reproduce")
+
+    def report(self, name: str) -> Report:
+        """The experiment's report folder ``out/<name>``."""
+        return Report(Path(self.out) / name)
+
+
+@dataclass
+class ExperimentResult:
+    """What an experiment returns (and prints).
+
+    Attributes:
+        name: the experiment (``"toy"``, ...).
+        tables: table name -> numeric rows (as written to CSV / JSON).
+        files: every file written, in order.
+        elapsed: wall-clock seconds.
+        text: everything printed.
+    """
+
+    name: str
+    tables: dict[str, list[dict[str, Any]]]
+    files: list[Path]
+    elapsed: float
+    text: str
+
+
+# ----------------------------------------------------------------------------- repeats
+def repeat_seeds(seed: int, repeats: int) -> list[int]:
+    """Seeds of ``repeats`` independent repetitions: ``seed, seed + 1, ...``."""
+    repeats = check_positive_int(repeats, "repeats", "repeat_seeds")
+    return [int(seed) + r for r in range(repeats)]
+
+
+def mean_sd(values: Iterable[float | None]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation (divisor ``n - 1``) of the non-missing values.
+
+    ``None`` and NaN are skipped; the sd is ``None`` with fewer than two values and the mean is
+    NaN with none.
+    """
+    kept = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    if not kept:
+        return float("nan"), None
+    mean = math.fsum(kept) / len(kept)
+    if len(kept) < 2:
+        return mean, None
+    var = math.fsum((v - mean) ** 2 for v in kept) / (len(kept) - 1)
+    return mean, math.sqrt(var)
+
+
+def aggregate(
+    records: Sequence[Mapping[str, Any]], keys: Sequence[str], values: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Mean (and sd) of ``values`` over the records that share ``keys``, in first-seen order.
+
+    Every other column is taken from the first record of its group. When some group has more
+    than one record, each value column ``c`` gets a companion ``"c sd"`` placed right after it.
+
+    Args:
+        records: one dict per (condition, repeat).
+        keys: columns identifying a condition (e.g. ``["method"]``).
+        values: numeric columns to average.
+
+    Returns:
+        One row per condition.
+    """
+    groups: dict[tuple, list[Mapping[str, Any]]] = {}
+    for record in records:
+        groups.setdefault(tuple(record[k] for k in keys), []).append(record)
+    with_sd = any(len(g) > 1 for g in groups.values())
+    rows = []
+    for group in groups.values():
+        row: dict[str, Any] = {}
+        for column, value in group[0].items():
+            if column in values:
+                mean, sd = mean_sd(r.get(column) for r in group)
+                row[column] = mean
+                if with_sd:
+                    row[column + SD_SUFFIX] = sd
+            else:
+                row[column] = value
+        rows.append(row)
+    return rows
+
+
+def display_rows(rows: Sequence[Mapping[str, Any]], digits: int = 4) -> list[dict[str, Any]]:
+    """Rows for printing: each ``c`` with a ``"c sd"`` companion becomes ``"mean ± sd"`` text."""
+    shown = []
+    for row in rows:
+        out: dict[str, Any] = {}
+        for column, value in row.items():
+            if column.endswith(SD_SUFFIX) and column[: -len(SD_SUFFIX)] in row:
+                continue
+            sd_key = column + SD_SUFFIX
+            if sd_key in row and row[sd_key] is not None:
+                out[column] = f"{format_value(value, digits)} ± {format_value(row[sd_key], digits)}"
+            else:
+                out[column] = value
+        shown.append(out)
+    return shown
+
+
+# ----------------------------------------------------------------------------- metrics
+def one_vs_all(labels: Any, positive: int) -> torch.Tensor:
+    """Binary labels of the one-vs-all task ``positive`` vs the rest: ``1[labels == positive]``.
+
+    Args:
+        labels: ``[N]`` integer class labels.
+        positive: the class that becomes label 1.
+
+    Returns:
+        ``[N]`` int64 labels in {0, 1}.
+    """
+    y = as_labels(labels, "labels", "one_vs_all")
+    if not isinstance(positive, numbers.Integral) or isinstance(positive, bool):
+        raise ValueError(f"one_vs_all: `positive` must be an int (got {positive!r})")
+    return (y == int(positive)).to(torch.int64)
+
+
+def binary_scores(
+    member_probs: Any,
+    labels: Any,
+    *,
+    eta: Any = None,
+    n_bins: int = EECE_BINS,
+    seed: int = 0,
+    condition_on: str = "psi",
+) -> dict[str, float]:
+    """Accuracy, ECE, EECE (and TECE) of binary member predictions, as the paper scores them.
+
+    Args:
+        member_probs: ``[H, N]`` positive-class probabilities, or ``[H, N, 2]``.
+        labels: ``[N]`` labels in {0, 1}.
+        eta: ``[N]`` true ``P(y = 1 | x)`` when known (adds ``tece`` and ``gap = |eece - tece|``).
+        n_bins: K-means bins of the EECE (capped at the number of distinct member vectors).
+        seed: K-means seed.
+        condition_on: the TECE's conditioning (``"psi"``: on the member vector, the paper's
+            ``P(Y = 1 | Pi(X))``; equal to ``"x"`` when every point has its own vector).
+
+    Returns:
+        ``accuracy`` (mean prediction thresholded at 1/2), ``ece`` (:data:`ECE_BINS` equal-width
+        bins on the mean prediction), ``eece`` and optionally ``tece`` and ``gap``.
+    """
+    fn = "binary_scores"
+    p = torch.as_tensor(member_probs)
+    if p.ndim == 3:
+        if p.shape[-1] != 2:
+            raise ValueError(
+                f"{fn}: `member_probs` must be [H, N] or [H, N, 2] (got shape {list(p.shape)})"
+            )
+        p = p[..., 1]
+    p = as_binary_member_probs(p, "member_probs", fn).to(torch.float64)
+    y = as_labels(labels, "labels", fn, n=p.shape[1], num_classes=2)
+    mean = p.mean(dim=0)
+    scores = {
+        "accuracy": accuracy(torch.stack([1.0 - mean, mean], dim=1), y),
+        "ece": binary_calibration_error(p, y, n_bins=ECE_BINS),
+        "eece": expected_epistemic_calibration_error(
+            p, y, n_bins=n_bins, binning="kmeans", seed=seed, backend=EECE_BACKEND
+        ),
+    }
+    if eta is not None:
+        e = as_confidences(eta, "eta", fn)
+        scores["tece"] = true_epistemic_calibration_error(p, e, condition_on=condition_on)
+        scores["gap"] = abs(scores["eece"] - scores["tece"])
+    return scores
+
+
+#: The paper's EK-NN neighbourhood (appendix B.1.1).
+EKNN_NEIGHBOURS = 12
+
+
+def method_member_probs(
+    method: str, x_train: Any, y_train: Any, x_eval: Any, *, settings: ZooSettings, seed: int
+) -> tuple[torch.Tensor, str | None]:
+    """:func:`~bensemble.experiments.zoo.member_probs`, except EK-NN on fewer than 12 points.
+
+    The paper's EK-NN uses ``k = 12`` neighbours, which a 10-point training set (the toy
+    experiment) cannot provide; there ``k`` becomes the number of training points and a note
+    says so. Everything else is the zoo unchanged.
+
+    Returns:
+        ``(member_probs [H, N, K] float64, note or None)``.
+    """
+    n_train = len(y_train)
+    if method == "EK-NN" and n_train < EKNN_NEIGHBOURS:
+        g = torch.Generator().manual_seed(seed)
+        knn = EvidentialKNN(n_neighbors=n_train).fit(
+            torch.as_tensor(x_train, dtype=torch.float64), y_train
+        )
+        probs = knn.sample_members(
+            torch.as_tensor(x_eval, dtype=torch.float64), settings.n_samples, generator=g
+        )
+        note = (
+            f"EK-NN: k = {n_train} (all training points); the paper's k = {EKNN_NEIGHBOURS} "
+            f"needs at least {EKNN_NEIGHBOURS} training points"
+        )
+        return probs.to(torch.float64), note
+    return member_probs(method, x_train, y_train, x_eval, settings=settings, seed=seed), None
+
+
+# ----------------------------------------------------------------------------- running
+@contextmanager
+def single_thread() -> Iterator[None]:
+    """Run the block with one torch intra-op thread; the previous setting is restored."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def progress_bar(iterable: Iterable, *, total: int | None = None, desc: str, enabled: bool):
+    """A tqdm bar on stderr (or the bare iterable when disabled)."""
+    if not enabled:
+        return iterable
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, total=total, desc=desc, leave=False, file=sys.stderr)
+
+
+class Printer:
+    """Collects printed text (returned in :class:`ExperimentResult`) while printing it."""
+
+    def __init__(self, stream=None) -> None:
+        self.stream = stream
+        self.parts: list[str] = []
+
+    def __call__(self, text: str = "") -> None:
+        print(text, file=self.stream or sys.stdout, flush=True)
+        self.parts.append(text)
+
+    def table(self, rows: Sequence[Mapping[str, Any]], title: str, digits: int = 4) -> None:
+        """Print ``title`` and the rows (mean ± sd merged) as an aligned table."""
+        self(title)
+        self(format_table(display_rows(rows, digits), digits=digits))
+        self()
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.parts)
+
+
+class Stopwatch:
+    """Seconds since construction."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+
+def finish(
+    name: str,
+    report: Report,
+    tables: dict[str, list[dict[str, Any]]],
+    watch: Stopwatch,
+    printer: Printer,
+) -> ExperimentResult:
+    """Print the elapsed time and the report folder; build the result."""
+    elapsed = watch.elapsed
+    printer(f"{name}: {elapsed:.1f} s elapsed; report written to {report.out_dir}/")
+    report.add_text("elapsed.txt", f"{elapsed:.1f}\n")
+    return ExperimentResult(name, tables, list(report.files), elapsed, printer.text)
+
+
+# ----------------------------------------------------------------------------- figures
+def line_figure(
+    series: Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float | None] | None]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    logx: bool = False,
+    logy: bool = False,
+    reference: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
+) -> Any:
+    """Lines with optional error bars, plus optional reference markers (the paper's values).
+
+    Args:
+        series: label -> ``(x, y, yerr or None)``.
+        xlabel, ylabel, title: axis labels and title.
+        logx, logy: log-scaled axes.
+        reference: label -> ``(x, y)`` drawn as hollow markers.
+
+    Returns:
+        The matplotlib Figure.
+    """
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    for label, (x, y, err) in series.items():
+        yerr = None
+        if err is not None and any(e is not None for e in err):
+            yerr = [0.0 if e is None else float(e) for e in err]
+        ax.errorbar(list(x), list(y), yerr=yerr, marker="o", capsize=3, label=label)
+    for label, (x, y) in (reference or {}).items():
+        ax.plot(
+            list(x),
+            list(y),
+            linestyle="none",
+            marker="s",
+            markersize=9,
+            markerfacecolor="none",
+            color="black",
+            label=label,
+        )
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def bar_figure(
+    categories: Sequence[str],
+    bars: Mapping[str, tuple[Sequence[float], Sequence[float | None] | None]],
+    *,
+    ylabel: str,
+    title: str,
+) -> Any:
+    """Grouped bars per category: label -> ``(heights, errors or None)``; NaN heights are gaps."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(categories) + 2), 4.2))
+    width = 0.8 / max(len(bars), 1)
+    for i, (label, (heights, err)) in enumerate(bars.items()):
+        xs = [j + (i - (len(bars) - 1) / 2) * width for j in range(len(categories))]
+        yerr = None
+        if err is not None and any(e is not None for e in err):
+            yerr = [0.0 if e is None else float(e) for e in err]
+        ax.bar(xs, [float(h) for h in heights], width=width, yerr=yerr, capsize=2, label=label)
+    ax.set_xticks(range(len(categories)))
+    ax.set_xticklabels(categories, rotation=35, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def columns_of(rows: Sequence[Mapping[str, Any]], column: str) -> list[Any]:
+    """One column of ``rows`` as a list (missing -> ``None``)."""
+    return [row.get(column) for row in rows]
+
+
+Runner = Callable[[RunOptions], ExperimentResult]

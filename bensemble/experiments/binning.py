@@ -1,0 +1,117 @@
+"""``bensemble reproduce binning``: ``|EECE - TECE|`` vs the number of bins (paper figure 5).
+
+Protocol (appendix B.2): a deep ensemble (the paper's settings: 10 members, hidden ``(100, 20)``,
+Adam, 20 epochs) trained on 20 toy points, 10,000 test points, the EECE with ``M`` K-means bins
+(scikit-learn, as in the paper) against the exact TECE (``eta`` is known on the toy data; every
+point has its own member vector, so conditioning on ``x`` or on the vector is the same). The paper
+finds the smallest gap near 200 bins ("already a good estimator of the TECE with around 200
+bins"); fewer bins blur the member vectors, more bins leave too few points per bin.
+"""
+
+from __future__ import annotations
+
+from bensemble.datasets import make_toy_gaussians
+from bensemble.experiments._common import (
+    EECE_BACKEND,
+    NA,
+    ExperimentResult,
+    Printer,
+    RunOptions,
+    Stopwatch,
+    aggregate,
+    columns_of,
+    finish,
+    line_figure,
+    progress_bar,
+    repeat_seeds,
+    single_thread,
+)
+from bensemble.experiments.zoo import ZooSettings, member_probs
+from bensemble.metrics import expected_epistemic_calibration_error, true_epistemic_calibration_error
+
+__all__ = ["DEFAULT_REPEATS", "BINS", "N_TEST", "N_TRAIN", "PAPER_BEST", "run"]
+
+#: Independent repeats by default (mean ± sd); about 2-5 minutes on 2 CPU cores.
+DEFAULT_REPEATS = 5
+
+BINS = (5, 10, 20, 50, 100, 200, 500, 1000)
+N_TRAIN = 20
+N_TEST = 10_000
+#: Figure 5's minimum ("~200 bins").
+PAPER_BEST = 200
+
+QUICK_BINS = (5, 20, 50)
+QUICK_TEST = 1_000
+
+
+def run(options: RunOptions) -> ExperimentResult:
+    """Run the binning study; print and write its table and figure."""
+    watch, printer = Stopwatch(), Printer()
+    quick = options.quick
+    bins = QUICK_BINS if quick else BINS
+    n_test = QUICK_TEST if quick else N_TEST
+    settings = ZooSettings.quick() if quick else ZooSettings()
+    repeats = options.n_repeats(DEFAULT_REPEATS)
+    report = options.report("binning")
+    printer(
+        f"binning: deep ensemble ({settings.n_members} members) on {N_TRAIN} toy points, "
+        f"{n_test} test points, EECE with M K-means bins ({EECE_BACKEND}) vs the exact TECE, "
+        f"{repeats} repeat(s), seed {options.seed}{' (quick settings)' if quick else ''}"
+    )
+    records = []
+    seeds = repeat_seeds(options.seed, repeats)
+    jobs = [(s, m) for s in seeds for m in (None, *bins)]  # None: train the ensemble
+    p = tece = test = None
+    with single_thread():
+        for seed, n_bins in progress_bar(jobs, desc="binning", enabled=options.progress):
+            if n_bins is None:
+                train = make_toy_gaussians(N_TRAIN, seed=seed)
+                test = make_toy_gaussians(n_test, seed=seed + 10_000)
+                probs = member_probs(
+                    "Deep Ensemble", train.x, train.y, test.x, settings=settings, seed=seed
+                )
+                p = probs[..., 1]
+                tece = true_epistemic_calibration_error(p, test.eta)
+                continue
+            eece = expected_epistemic_calibration_error(
+                p, test.y, n_bins=n_bins, binning="kmeans", seed=seed, backend=EECE_BACKEND
+            )
+            records.append(
+                {
+                    "n_bins": n_bins,
+                    "points per bin": n_test // n_bins,
+                    "paper": "minimum (~200 bins)" if n_bins == PAPER_BEST else NA,
+                    "EECE": eece,
+                    "TECE": tece,
+                    "|EECE - TECE|": abs(eece - tece),
+                }
+            )
+    rows = aggregate(records, ["n_bins"], ["EECE", "TECE", "|EECE - TECE|"])
+    title = "binning: |EECE - TECE| vs number of K-means bins, deep ensemble (paper figure 5)"
+    printer.table(rows, title, digits=5)
+    best = min(rows, key=lambda r: r["|EECE - TECE|"])
+    printer(
+        f"smallest mean |EECE - TECE| at M = {best['n_bins']} bins "
+        f"({best['|EECE - TECE|']:.5f}); paper: minimum near {PAPER_BEST} bins."
+    )
+    report.add_table("binning", rows, title=title)
+    _figure(report, rows)
+    return finish("binning", report, {"binning": rows}, watch, printer)
+
+
+def _figure(report, rows) -> None:
+    xs = columns_of(rows, "n_bins")
+    key = "|EECE - TECE|"
+    err = columns_of(rows, key + " sd") if key + " sd" in rows[0] else None
+    ys = columns_of(rows, key)
+    fig = line_figure(
+        {"deep ensemble, 20 training points": (xs, ys, err)},
+        xlabel="number of K-means bins M",
+        ylabel="|EECE - TECE|",
+        title="EECE as an estimator of the TECE",
+        logx=True,
+    )
+    ax = fig.axes[0]
+    ax.axvline(PAPER_BEST, color="black", linestyle="--", label=f"paper's minimum (~{PAPER_BEST})")
+    ax.legend()
+    report.add_figure("binning", fig)

@@ -1,0 +1,139 @@
+"""``bensemble reproduce EXPERIMENT``: the paper's experiments, one module each.
+
+:data:`EXPERIMENTS` maps a name to its ``run(options) -> ExperimentResult``. The runners are
+imported lazily, so ``bensemble --help`` stays cheap. Every experiment prints its table(s) with
+the paper's value beside ours and writes them, with its figures, to ``OUT/<experiment>/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the runners (torch, scikit-learn) load only when an experiment runs
+    from bensemble.experiments._common import ExperimentResult, RunOptions
+
+__all__ = [
+    "EXPERIMENTS",
+    "DataUnavailableError",
+    "add_reproduce_parser",
+    "reproduce",
+    "run_reproduce",
+]
+
+PROG = "bensemble reproduce"
+
+#: name -> (module, one-line description); each module defines ``run(options)``.
+EXPERIMENTS: dict[str, tuple[str, str]] = {
+    "toy": ("bensemble.experiments.toy", "nine methods on 10 toy points (fig. 2, 3a, 6)"),
+    "size": ("bensemble.experiments.size", "random-forest EECE vs training-set size (fig. 3b)"),
+    "noise": ("bensemble.experiments.noise", "random-forest EECE vs input corruption (fig. 3b)"),
+    "binning": ("bensemble.experiments.binning", "|EECE - TECE| vs number of bins (fig. 5)"),
+    "digits": ("bensemble.experiments.digits", "one-vs-all on scikit-learn digits (table 1)"),
+    "fashion": ("bensemble.experiments.fashion", "one-vs-all on Fashion-MNIST (table 1 protocol)"),
+}
+
+
+class DataUnavailableError(RuntimeError):
+    """Raised by an experiment whose data files are missing; the message says how to get them."""
+
+
+def reproduce(name: str, options: RunOptions | None = None, **kwargs: Any) -> ExperimentResult:
+    """Run experiment ``name`` (a key of :data:`EXPERIMENTS`) and return its result.
+
+    Args:
+        name: the experiment.
+        options: run options; or pass their fields as keyword arguments
+            (``seed=``, ``repeats=``, ``out=``, ``quick=``, ``progress=``, ``extra=``).
+    """
+    if name not in EXPERIMENTS:
+        raise ValueError(
+            f"reproduce: `name` must be one of {', '.join(EXPERIMENTS)} (got {name!r})"
+        )
+    from bensemble.experiments._common import RunOptions
+
+    if options is None:
+        options = RunOptions(**kwargs)
+    elif kwargs:
+        raise ValueError("reproduce: pass either `options` or keyword options, not both")
+    module = importlib.import_module(EXPERIMENTS[name][0])
+    return module.run(options)
+
+
+def add_reproduce_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register the ``reproduce`` sub-command on ``sub`` (from ``add_subparsers``)."""
+    listing = "; ".join(f"{k}: {d}" for k, (_, d) in EXPERIMENTS.items())
+    p = sub.add_parser(
+        "reproduce",
+        help="reproduce an experiment of the epistemic-calibration paper",
+        description=f"Reproduce one of the paper's experiments ({listing}). Prints the table "
+        "with the paper's value beside ours and writes tables (Markdown, CSV, JSON) and PNG "
+        "figures to OUT/EXPERIMENT/.",
+    )
+    p.add_argument(
+        "experiment",
+        choices=list(EXPERIMENTS),
+        metavar="EXPERIMENT",
+        help=f"one of: {', '.join(EXPERIMENTS)}",
+    )
+    p.add_argument("--seed", type=int, default=0, help="base seed (repeat r uses seed + r)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="independent repeats, reported as mean ± sd (default: per experiment)",
+    )
+    p.add_argument("--out", default="bensemble-report", help="report root folder")
+    p.add_argument("--quick", action="store_true", help="tiny settings (seconds), for tests")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--features",
+        choices=("ae", "raw"),
+        default="ae",
+        help="digits: auto-encoder latent (the paper's protocol) or raw pixels",
+    )
+    p.add_argument(
+        "--n-train",
+        type=int,
+        default=None,
+        help="fashion: training points for the classifiers (0: all 60,000)",
+    )
+    p.add_argument(
+        "--data-dir",
+        default=None,
+        help="fashion: folder of the IDX files (default /usr/share/datasets/fashion-mnist)",
+    )
+    return p
+
+
+def run_reproduce(args: argparse.Namespace) -> int:
+    """Run the parsed ``reproduce`` command; return the exit status."""
+    if args.repeats is not None and args.repeats < 1:
+        print(f"{PROG}: error: --repeats must be >= 1 (got {args.repeats})", file=sys.stderr)
+        return 2
+    if args.n_train is not None and args.n_train < 0:
+        print(f"{PROG}: error: --n-train must be >= 0 (got {args.n_train})", file=sys.stderr)
+        return 2
+    from bensemble.experiments._common import RunOptions
+
+    extra: dict[str, Any] = {"features": args.features}
+    if args.n_train is not None:
+        extra["n_train"] = args.n_train
+    if args.data_dir is not None:
+        extra["data_dir"] = args.data_dir
+    options = RunOptions(
+        seed=args.seed,
+        repeats=args.repeats,
+        out=args.out,
+        quick=args.quick,
+        progress=not args.no_progress,
+        extra=extra,
+    )
+    try:
+        reproduce(args.experiment, options)
+    except DataUnavailableError as err:
+        print(f"{PROG} {args.experiment}: {err}", file=sys.stderr)
+        return 1
+    return 0
