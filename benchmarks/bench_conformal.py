@@ -13,32 +13,43 @@ calibration and prediction.
   ``ceil((n + 1)(1 - alpha))``), then the set mask vectorised as ``(1 - P) <= qhat`` (the guide's
   per-row list comprehension would be far slower; this is the fair numpy version).
 
-Workload 2 - the threshold alone: the k-th smallest of 1,000,000 float64 scores.
+Workload 2 - the threshold alone: the k-th smallest (k = ceil((n + 1)(1 - alpha))) of 1,000,000
+uniform float64 scores.
 
 * ours     - ``bensemble.conformal.split.kth_smallest``: exact selection, ``np.partition``
   (introselect, zero-copy view) on the CPU and ``torch.kthvalue`` on other devices.
 * baseline - ``torch.sort(scores).values[k - 1]``, the sort a torch user writes (target: ours
-  >= 5x faster). Also shown: ``np.sort(scores)[k - 1]`` (numpy 2's SIMD sort, the guide's rule)
-  and ``torch.kthvalue`` on the CPU, which measured only ~4-5x faster than ``torch.sort`` here,
-  hence numpy's introselect on the CPU.
+  >= 5x faster). For information only: ``np.sort(scores)[k - 1]`` (numpy 2's SIMD sort, the
+  guide's rule) and ``torch.kthvalue`` on the CPU (which measured only ~4-5x faster than
+  ``torch.sort`` here, hence numpy's introselect on the CPU).
 
-Agreement: thresholds equal exactly and the masks are identical. Times are medians of
-``--repeats`` runs (default 5) after one warm-up; ratios are ``baseline / ours``.
+Agreement: the thresholds are equal exactly (``==``) and the prediction-set masks identical.
 
-Run: ``python benchmarks/bench_conformal.py [--device cpu|cuda] [--repeats 5] [--quick]``.
+Timing: all candidates of a workload are timed in alternation (``_harness.measure_interleaved``);
+times are medians of ``--repeats`` runs (default 5, never fewer) after one warm-up, ratios are
+``baseline / ours``. Threads: one torch thread by default (reproducible on a shared two-core box;
+numpy's sort / partition are single-threaded anyway); ``--threads 0`` keeps torch's default. The
+table goes to the ``bench_conformal`` section of ``benchmarks/results.md``.
+
+Run: ``python benchmarks/bench_conformal.py [--device cpu|cuda] [--repeats 5] [--threads T]
+[--quick] [--no-write]`` (``--quick``: 100,000 rows, 3 repeats, print only).
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from bensemble.conformal import SplitConformalClassifier, conformal_rank
-from bensemble.conformal.split import kth_smallest
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _harness  # noqa: E402
+
+from bensemble.conformal import SplitConformalClassifier, conformal_rank  # noqa: E402
+from bensemble.conformal.split import kth_smallest  # noqa: E402
 
 ALPHA = 0.1
 TARGET_SELECTION = 5.0
@@ -86,96 +97,128 @@ def ours_calibrate_predict(probs, labels):
     return cp.threshold_, cp.predict_set(probs)
 
 
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+def _size(n: int) -> str:
+    return f"{n:.0e}".replace("e+0", "e")
 
 
-def measure(fn, device: str, repeats: int, warmup: int = 1) -> tuple[float, object]:
-    """Median wall time (s) of ``fn()`` over ``repeats`` runs after ``warmup`` runs."""
-    out = None
-    for _ in range(warmup):
-        out = fn()
-        _sync(device)
-    times = []
-    for _ in range(repeats):
-        _sync(device)
-        start = time.perf_counter()
-        out = fn()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), out
-
-
-def _row(name: str, seconds: float, ours: float) -> str:
-    return f"{name:<44} {seconds:>10.4f} {seconds / ours:>8.2f}x"
-
-
-def run_sets(n: int, k: int, device: str, repeats: int) -> dict:
+def run_sets(n: int, k: int, device: str, repeats: int, sync) -> tuple[_harness.Result, str]:
     probs, labels = make_workload(n, k, device)
     probs_np, labels_np = probs.cpu().numpy(), labels.cpu().numpy()
-    t_ours, (q_ours, mask_ours) = measure(
-        lambda: ours_calibrate_predict(probs, labels), device, repeats
+    out: dict[str, tuple] = {}
+
+    def keep(key, fn):
+        return lambda: out.__setitem__(key, fn())
+
+    t_base, t_ours = _harness.measure_interleaved(
+        [
+            keep("base", lambda: baseline_calibrate_predict(probs_np, labels_np)),
+            keep("ours", lambda: ours_calibrate_predict(probs, labels)),
+        ],
+        repeats=repeats,
+        sync=sync,
     )
-    t_base, (q_base, mask_base) = measure(
-        lambda: baseline_calibrate_predict(probs_np, labels_np), "cpu", repeats
-    )
+    (q_ours, mask_ours), (q_base, mask_base) = out["ours"], out["base"]
     same_q = q_ours == q_base
     same_mask = bool(np.array_equal(mask_ours.cpu().numpy(), mask_base))
-    print(
-        f"\n[1] calibrate + predict (LAC, alpha={ALPHA}) on {n:,} x {k} float32 probabilities, "
-        f"device={device}, torch threads={torch.get_num_threads()}, "
-        f"median of {repeats} after 1 warm-up"
+    agreement = f"threshold {'equal' if same_q else 'DIFFERENT'}, masks " + (
+        "identical" if same_mask else "DIFFERENT"
     )
-    print(f"{'method':<44} {'median s':>10} {'ratio':>9}")
-    print(_row("ours: SplitConformalClassifier", t_ours, t_ours))
-    print(_row("baseline: guide's numpy rule + vectorised mask", t_base, t_ours))
-    print(
-        f"agreement: threshold {'equal' if same_q else 'DIFFERENT'} ({q_ours!r}), "
-        f"masks {'identical' if same_mask else 'DIFFERENT'}, mean set size "
-        f"{float(mask_ours.sum(1, dtype=torch.float64).mean()):.3f}"
+    mean_size = float(mask_ours.sum(1, dtype=torch.float64).mean())
+    result = _harness.Result(
+        f"LAC calibrate + predict {_size(n)} x {k} f32, alpha {ALPHA}",
+        "guide's numpy rule + vectorised mask",
+        t_base,
+        t_ours,
+        agreement,
+        None,
+        f"threshold {q_ours!r}; mean set size {mean_size:.3f}",
     )
-    print(f"speed-up vs numpy: {t_base / t_ours:.2f}x")
-    return {"ours": t_ours, "baseline": t_base, "agree": same_q and same_mask}
+    note = (
+        f"Workload 1: {n:,} x {k} float32 probabilities (softmax of 3 randn), Gumbel-max labels, "
+        f"alpha {ALPHA}; calibrate + predict_set on the same matrix, validation included."
+    )
+    return result, note
 
 
-def run_threshold(n: int, device: str, repeats: int) -> dict:
+def run_threshold(n: int, device: str, repeats: int, sync) -> tuple[list[_harness.Result], str]:
     gen = torch.Generator().manual_seed(1)
     scores = torch.rand(n, generator=gen, dtype=torch.float64).to(device)
     scores_np = scores.cpu().numpy()
     k = conformal_rank(n, ALPHA)
-    t_ours, v_ours = measure(lambda: kth_smallest(scores, k), device, repeats)
-    t_kth, v_kth = measure(lambda: float(torch.kthvalue(scores, k).values), device, repeats)
-    t_sort, v_sort = measure(lambda: float(torch.sort(scores).values[k - 1]), device, repeats)
-    t_npsort, v_npsort = measure(lambda: float(np.sort(scores_np)[k - 1]), "cpu", repeats)
-    agree = v_ours == v_kth == v_sort == v_npsort
-    print(
-        f"\n[2] threshold alone: k-th smallest (k={k:,}) of {n:,} float64 scores, device={device}"
+    got: dict[str, float] = {}
+
+    def keep(key, fn):
+        return lambda: got.__setitem__(key, fn())
+
+    t_ours, t_sort, t_npsort, t_kth = _harness.measure_interleaved(
+        [
+            keep("ours", lambda: kth_smallest(scores, k)),
+            keep("sort", lambda: float(torch.sort(scores).values[k - 1])),
+            keep("npsort", lambda: float(np.sort(scores_np)[k - 1])),
+            keep("kth", lambda: float(torch.kthvalue(scores, k).values)),
+        ],
+        repeats=repeats,
+        sync=sync,
     )
-    print(f"{'method':<44} {'median s':>10} {'ratio':>9}")
     selector = "np.partition" if scores.device.type == "cpu" else "torch.kthvalue"
-    print(_row(f"ours: kth_smallest ({selector})", t_ours, t_ours))
-    print(_row("baseline: torch.sort(...).values[k - 1]", t_sort, t_ours))
-    print(_row("(info) np.sort(...)[k - 1]", t_npsort, t_ours))
-    print(_row("(info) torch.kthvalue", t_kth, t_ours))
-    print(f"agreement: all four equal: {'yes' if agree else 'NO'}")
-    ratio = t_sort / t_ours
-    verdict = "met" if ratio >= TARGET_SELECTION else "MISSED"
-    print(f"speed-up vs torch.sort: {ratio:.1f}x (target >= {TARGET_SELECTION:g}x: {verdict})")
-    print(f"(info) speed-up vs np.sort (numpy's SIMD sort): {t_npsort / t_ours:.1f}x")
-    return {"ours": t_ours, "baseline": t_sort, "agree": agree}
+    workload = f"conformal threshold: k-th of {_size(n)} f64"
+
+    def row(key, baseline, seconds, target, note):
+        agreement = "equal" if got[key] == got["ours"] else "DIFFERENT"
+        return _harness.Result(workload, baseline, seconds, t_ours, agreement, target, note)
+
+    results = [
+        row("sort", "torch.sort(s).values[k - 1]", t_sort, TARGET_SELECTION, f"ours = {selector}"),
+        row("npsort", "np.sort(s)[k - 1] (info)", t_npsort, None, "numpy's SIMD sort"),
+        row("kth", "torch.kthvalue (info)", t_kth, None, "torch's own selection"),
+    ]
+    note = (
+        f"Workload 2: k-th smallest, k = {k:,} = ceil((n + 1)(1 - alpha)), of {n:,} uniform "
+        f"float64 scores; ours = kth_smallest ({selector}). Agreement: value == ours' exactly."
+    )
+    return results, note
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="100,000 rows, 3 repeats")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads (default 1; 0 = torch default)"
+    )
+    parser.add_argument("--quick", action="store_true", help="100,000 rows, 3 repeats, no write")
+    parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
-    n, repeats = (100_000, 3) if args.quick else (1_000_000, args.repeats)
-    run_sets(n, 100, args.device, repeats)
-    run_threshold(n, args.device, repeats)
-    return 0
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    n, repeats = (100_000, 3) if args.quick else (1_000_000, max(5, args.repeats))
+    device = args.device
+    sync = torch.cuda.synchronize if device.startswith("cuda") else None
+    threads = torch.get_num_threads()
+    print(f"bench_conformal: n={n:,}, device={device}, torch threads={threads}", flush=True)
+
+    sets_result, sets_note = run_sets(n, 100, device, repeats, sync)
+    thr_results, thr_note = run_threshold(n, device, repeats, sync)
+    results = [sets_result, *thr_results]
+    notes = [
+        sets_note,
+        thr_note,
+        f"Device {device}, torch threads {threads}; medians of {repeats} interleaved runs after "
+        "1 warm-up; baselines written in benchmarks/bench_conformal.py.",
+    ]
+    if args.no_write or args.quick:
+        print("\n".join(notes))
+        print(_harness.format_table(results))
+    else:
+        section = "bench_conformal" if device == "cpu" else f"bench_conformal ({device})"
+        _harness.write_results(results, section=section, notes=notes, device=device)
+    disagree = [r for r in results if "DIFFERENT" in str(r.agreement)]
+    for r in disagree:
+        print(f"bench_conformal: disagreement vs {r.baseline}: {r.agreement}")
+    for r in results:
+        if r.met is False:
+            print(f"bench_conformal: target missed vs {r.baseline}: {r.ratio:.2f}x < {r.target}x")
+    return 1 if disagree else 0
 
 
 if __name__ == "__main__":

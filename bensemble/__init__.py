@@ -37,7 +37,12 @@ _LAZY = {
     "VectorScaling": "bensemble.calibration.scaling",
     "decompose_classification_uncertainty": "bensemble.uncertainty.decomposition",
     "decompose_regression_uncertainty": "bensemble.uncertainty.decomposition",
+    "SklearnMembers": "bensemble.core.sklearn_members",
+    "PackedMembers": "bensemble.core.packed",
+    "MatrixScaling": "bensemble.calibration.scaling",
+    "variance_decomposition": "bensemble.uncertainty.decomposition",
     "SplitConformalClassifier": "bensemble.conformal",
+    "expected_epistemic_calibration_error": "bensemble.metrics",
 }
 
 __all__ = ["__version__", *_LAZY]
