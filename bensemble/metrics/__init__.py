@@ -2,15 +2,17 @@
 
 Scalar metrics return Python floats; per-sample or per-bin results return tensors or a small
 dataclass. Every function accepts torch tensors or numpy arrays.
+
+* :mod:`~bensemble.metrics.scoring` - NLL, Brier, accuracy
+* :mod:`~bensemble.metrics.calibration` - the ECE family and reliability data
+* :mod:`~bensemble.metrics.streaming` - batch-by-batch calibration meters
+* :mod:`~bensemble.metrics.epistemic` - EECE and TECE (epistemic calibration)
+* :mod:`~bensemble.metrics.selective` - risk-coverage curves
+* :mod:`~bensemble.metrics.ood` - AUROC / AUPR / FPR@95 for OOD and misclassification detection
 """
 
-# --- scoring rules and classical calibration (metrics/scoring.py, metrics/calibration.py) ---
-from bensemble.metrics.scoring import (  # noqa: F401, I001
-    accuracy,
-    brier_score,
-    negative_log_likelihood,
-)
-from bensemble.metrics.calibration import (  # noqa: F401, I001
+from bensemble.metrics._kmeans import assign_bins, fit_bins
+from bensemble.metrics.calibration import (
     CalibrationBins,
     binned_calibration_stats,
     calibration_error,
@@ -20,26 +22,13 @@ from bensemble.metrics.calibration import (  # noqa: F401, I001
     maximum_calibration_error,
     reliability_diagram,
 )
-from bensemble.metrics.streaming import CalibrationErrorMeter  # noqa: F401, I001
-# --- epistemic calibration (metrics/epistemic.py) ---
-from bensemble.metrics.epistemic import (  # noqa: F401, I001
+from bensemble.metrics.epistemic import (
     EECEDetails,
     binary_calibration_error,
     expected_epistemic_calibration_error,
     true_epistemic_calibration_error,
 )
-from bensemble.metrics._kmeans import assign_bins, fit_bins  # noqa: F401, I001
-# --- selective prediction (metrics/selective.py) ---
-from bensemble.metrics.selective import (  # noqa: F401, I001
-    aurc,
-    coverage_at_risk,
-    excess_aurc,
-    risk_at_coverage,
-    risk_coverage_curve,
-    selective_confidence,
-)
-# --- OOD / misclassification detection (metrics/ood.py) ---
-from bensemble.metrics.ood import (  # noqa: F401, I001
+from bensemble.metrics.ood import (
     aupr,
     auroc,
     detection_report,
@@ -48,3 +37,47 @@ from bensemble.metrics.ood import (  # noqa: F401, I001
     misclassification_report,
     ood_scores,
 )
+from bensemble.metrics.scoring import accuracy, brier_score, negative_log_likelihood
+from bensemble.metrics.selective import (
+    aurc,
+    coverage_at_risk,
+    excess_aurc,
+    risk_at_coverage,
+    risk_coverage_curve,
+    selective_confidence,
+)
+from bensemble.metrics.streaming import CalibrationErrorMeter
+
+__all__ = [
+    "CalibrationBins",
+    "CalibrationErrorMeter",
+    "EECEDetails",
+    "accuracy",
+    "assign_bins",
+    "aupr",
+    "aurc",
+    "auroc",
+    "binary_calibration_error",
+    "binned_calibration_stats",
+    "brier_score",
+    "calibration_error",
+    "calibration_error_from_bins",
+    "classwise_calibration_error",
+    "coverage_at_risk",
+    "detection_report",
+    "excess_aurc",
+    "expected_calibration_error",
+    "expected_epistemic_calibration_error",
+    "fit_bins",
+    "fpr_at_95_tpr",
+    "fpr_at_tpr",
+    "maximum_calibration_error",
+    "misclassification_report",
+    "negative_log_likelihood",
+    "ood_scores",
+    "reliability_diagram",
+    "risk_at_coverage",
+    "risk_coverage_curve",
+    "selective_confidence",
+    "true_epistemic_calibration_error",
+]
