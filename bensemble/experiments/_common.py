@@ -68,6 +68,7 @@ __all__ = [
     "progress_bar",
     "repeat_seeds",
     "single_thread",
+    "zoo_settings",
 ]
 
 #: The paper's EECE setting (appendix B.1.2): 100 K-means bins.
@@ -272,6 +273,15 @@ def binary_scores(
         scores["tece"] = true_epistemic_calibration_error(p, e, condition_on=condition_on)
         scores["gap"] = abs(scores["eece"] - scores["tece"])
     return scores
+
+
+def zoo_settings(quick: bool) -> ZooSettings:
+    """The paper's settings, or (``quick``) a lean version that runs in seconds, for tests."""
+    if not quick:
+        return ZooSettings()
+    return ZooSettings.quick(
+        epochs=5, n_members=3, n_samples=20, n_trees=20, blr_draws=120, blr_burn_in=60
+    )
 
 
 #: The paper's EK-NN neighbourhood (appendix B.1.1).

@@ -25,8 +25,9 @@ from bensemble.experiments._common import (
     progress_bar,
     repeat_seeds,
     single_thread,
+    zoo_settings,
 )
-from bensemble.experiments.zoo import ZooSettings, member_probs
+from bensemble.experiments.zoo import member_probs
 from bensemble.metrics import expected_epistemic_calibration_error, true_epistemic_calibration_error
 
 __all__ = ["DEFAULT_REPEATS", "BINS", "N_TEST", "N_TRAIN", "PAPER_BEST", "run"]
@@ -50,7 +51,7 @@ def run(options: RunOptions) -> ExperimentResult:
     quick = options.quick
     bins = QUICK_BINS if quick else BINS
     n_test = QUICK_TEST if quick else N_TEST
-    settings = ZooSettings.quick() if quick else ZooSettings()
+    settings = zoo_settings(quick)
     repeats = options.n_repeats(DEFAULT_REPEATS)
     report = options.report("binning")
     printer(

@@ -45,6 +45,7 @@ from bensemble.experiments._common import (
     progress_bar,
     repeat_seeds,
     single_thread,
+    zoo_settings,
 )
 from bensemble.experiments.zoo import PAPER_ORDER, ZooSettings, member_probs
 
@@ -363,7 +364,7 @@ def run(options: RunOptions) -> ExperimentResult:
     features = options.extra.get("features", "ae")
     if features not in ("ae", "raw"):
         raise ValueError(f"digits: `features` must be 'ae' or 'raw' (got {features!r})")
-    settings = ZooSettings.quick() if quick else ZooSettings()
+    settings = zoo_settings(quick)
     classes = QUICK["tasks"] if quick else tuple(range(10))
     tasks = [(k, f"{k}vsAll") for k in classes]
     n_bins = QUICK["n_bins"] if quick else EECE_BINS

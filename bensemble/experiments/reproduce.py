@@ -1,7 +1,8 @@
 """``bensemble reproduce EXPERIMENT``: the paper's experiments, one module each.
 
-:data:`EXPERIMENTS` maps a name to its ``run(options) -> ExperimentResult``. The runners are
-imported lazily, so ``bensemble --help`` stays cheap. Every experiment prints its table(s) with
+:data:`EXPERIMENTS` is the registry: name -> (module, description); :func:`runner` gives the
+module's ``run(options) -> ExperimentResult``. Modules are imported only when an experiment runs,
+so ``bensemble --help`` stays cheap. Every experiment prints its table(s) with
 the paper's value beside ours and writes them, with its figures, to ``OUT/<experiment>/``.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the runners (torch, scikit-learn) load only when an experiment runs
@@ -21,6 +23,7 @@ __all__ = [
     "add_reproduce_parser",
     "reproduce",
     "run_reproduce",
+    "runner",
 ]
 
 PROG = "bensemble reproduce"
@@ -40,6 +43,15 @@ class DataUnavailableError(RuntimeError):
     """Raised by an experiment whose data files are missing; the message says how to get them."""
 
 
+def runner(name: str) -> Callable[[RunOptions], ExperimentResult]:
+    """The ``run(options)`` function of experiment ``name`` (imports its module)."""
+    if name not in EXPERIMENTS:
+        raise ValueError(
+            f"reproduce: `name` must be one of {', '.join(EXPERIMENTS)} (got {name!r})"
+        )
+    return importlib.import_module(EXPERIMENTS[name][0]).run
+
+
 def reproduce(name: str, options: RunOptions | None = None, **kwargs: Any) -> ExperimentResult:
     """Run experiment ``name`` (a key of :data:`EXPERIMENTS`) and return its result.
 
@@ -48,18 +60,14 @@ def reproduce(name: str, options: RunOptions | None = None, **kwargs: Any) -> Ex
         options: run options; or pass their fields as keyword arguments
             (``seed=``, ``repeats=``, ``out=``, ``quick=``, ``progress=``, ``extra=``).
     """
-    if name not in EXPERIMENTS:
-        raise ValueError(
-            f"reproduce: `name` must be one of {', '.join(EXPERIMENTS)} (got {name!r})"
-        )
+    run = runner(name)
     from bensemble.experiments._common import RunOptions
 
     if options is None:
         options = RunOptions(**kwargs)
     elif kwargs:
         raise ValueError("reproduce: pass either `options` or keyword options, not both")
-    module = importlib.import_module(EXPERIMENTS[name][0])
-    return module.run(options)
+    return run(options)
 
 
 def add_reproduce_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -22,6 +22,7 @@ from bensemble.experiments._common import (
     mean_sd,
     one_vs_all,
     repeat_seeds,
+    single_thread,
 )
 from bensemble.experiments.digits import (
     PAPER_TABLE1,
@@ -31,7 +32,12 @@ from bensemble.experiments.digits import (
 )
 from bensemble.experiments.fashion import load_fashion_mnist, read_idx
 from bensemble.experiments.noise import _with_ratios
-from bensemble.experiments.reproduce import EXPERIMENTS, DataUnavailableError, reproduce
+from bensemble.experiments.reproduce import (
+    EXPERIMENTS,
+    DataUnavailableError,
+    reproduce,
+    runner,
+)
 from bensemble.experiments.zoo import PAPER_ORDER
 
 QUICK = ["--quick", "--no-progress"]
@@ -60,7 +66,7 @@ def test_reproduce_toy_quick(tmp_path, capsys):
     out = capsys.readouterr().out
     folder = tmp_path / "toy"
     table = _table(folder, "toy")
-    assert [r["method"] for r in table["rows"]] == list(PAPER_ORDER)
+    assert [r["method"] for r in table["rows"]] == [*PAPER_ORDER, "Random Forest (leaf 1)"]
     for column in ("accuracy", "ece", "eece", "tece", "gap", "paper EECE", "paper finding"):
         assert column in table["columns"]
     for row in table["rows"]:
@@ -183,6 +189,7 @@ def test_reproduce_rejects_bad_arguments(tmp_path, capsys):
     with pytest.raises(ValueError, match="`name` must be one of"):
         reproduce("cifar")
     assert set(EXPERIMENTS) == {"toy", "size", "noise", "binning", "digits", "fashion"}
+    assert all(callable(runner(name)) for name in EXPERIMENTS)
 
 
 @pytest.mark.slow
@@ -241,6 +248,19 @@ def test_aggregate_groups_in_order_and_adds_sd_columns():
     shown = display_rows(rows)
     assert shown[0]["eece"] == "0.2000 ± 0.1414" and "eece sd" not in shown[0]
     assert shown[0]["paper"] == 0.07
+
+
+def test_single_thread_restores_the_thread_count_even_on_error():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with pytest.raises(RuntimeError):
+            with single_thread():
+                assert torch.get_num_threads() == 1
+                raise RuntimeError("boom")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_repeat_seeds():
