@@ -143,7 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--quick", action="store_true", help="100,000 rows, print only")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.n, args.no_write = 100_000, True
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)

@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         "per timed call).",
     ]
     section = "bench_packed" + ("" if device.type == "cpu" else f" ({device.type})")
-    if args.no_write:
+    if args.no_write or args.quick:  # a quick run never replaces the recorded numbers
         print(_harness.format_table(results))
     else:
         _harness.write_results(results, section=section, notes=notes, device=str(device))
