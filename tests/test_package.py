@@ -40,6 +40,14 @@ def test_unknown_attribute_is_an_attribute_error():
         ("bensemble.uncertainty.decomposition", "decompose_regression_uncertainty"),
         ("bensemble.diversity.dropout", "MCDropoutEnsembler"),
         ("bensemble.layers.base", "BaseBayesianLayer"),
+        ("bensemble.layers", "BayesianLinear"),
+        ("bensemble.layers.conv", "BayesianConv2d"),
+        ("bensemble.losses", "GaussianLikelihood"),
+        ("bensemble.losses", "VariationalLoss"),
+        ("bensemble.utils", "enable_dropout"),
+        ("bensemble.utils", "get_total_kl"),
+        ("bensemble.utils", "predict_with_uncertainty"),
+        ("bensemble.utils", "standard_normal_cdf"),
     ],
 )
 def test_bensemble_02_import_paths(module, name):

@@ -7,5 +7,12 @@ bensemble 0.2's import path for variational layers.
 
 from bensemble.layers.base import BaseBayesianLayer, StochasticLayer, bernoulli_mask
 from bensemble.layers.dropconnect import DropConnectLinear
+from bensemble.layers.linear import BayesianLinear
 
-__all__ = ["StochasticLayer", "BaseBayesianLayer", "DropConnectLinear", "bernoulli_mask"]
+__all__ = [
+    "StochasticLayer",
+    "BaseBayesianLayer",
+    "BayesianLinear",
+    "DropConnectLinear",
+    "bernoulli_mask",
+]
