@@ -7,8 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bensemble._validation import check_positive, check_positive_int
-from bensemble.layers.base import BaseBayesianLayer
-from bensemble.layers.linear import _VAR_FLOOR, gaussian_noise, inverse_softplus
+from bensemble.layers.gaussian import MeanFieldGaussianLayer
 
 __all__ = ["BayesianConv2d"]
 
@@ -26,7 +25,7 @@ def _as_pair(value: object, name: str, fn: str, *, minimum: int) -> tuple[int, i
     return int(items[0]), int(items[1])
 
 
-class BayesianConv2d(BaseBayesianLayer):
+class BayesianConv2d(MeanFieldGaussianLayer):
     """A 2-D convolution with a factorised Gaussian posterior over its kernel and bias.
 
     Parameters ``w_mu``/``w_rho`` ``[out_channels, in_channels / groups, kH, kW]`` and
@@ -85,44 +84,17 @@ class BayesianConv2d(BaseBayesianLayer):
         self.init_sigma = check_positive(init_sigma, "init_sigma", fn)
 
         shape = (self.out_channels, self.in_channels // self.groups, *self.kernel_size)
-        self.w_mu = nn.Parameter(torch.empty(shape))
-        self.w_rho = nn.Parameter(torch.empty(shape))
-        self.b_mu = nn.Parameter(torch.empty(self.out_channels))
-        self.b_rho = nn.Parameter(torch.empty(self.out_channels))
+        self._create_parameters(shape, self.out_channels)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """He-normal kernel means, zero bias means, every ``sigma`` equal to ``init_sigma``."""
         with torch.no_grad():
             nn.init.kaiming_normal_(self.w_mu, mode="fan_in", nonlinearity="relu")
-            self.b_mu.zero_()
-            rho = inverse_softplus(self.init_sigma)
-            self.w_rho.fill_(rho)
-            self.b_rho.fill_(rho)
+        self._reset_sigmas()
 
-    def _conv(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
+    def _apply(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         return F.conv2d(x, weight, bias, self.stride, self.padding, self.dilation, self.groups)
-
-    def sample_weights(
-        self, generator: torch.Generator | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One draw ``(kernel, bias)`` from the posterior (differentiable in mu, rho)."""
-        weight = self.w_mu + F.softplus(self.w_rho) * gaussian_noise(
-            self.w_mu.shape, self.w_mu, generator
-        )
-        bias = self.b_mu + F.softplus(self.b_rho) * gaussian_noise(
-            self.b_mu.shape, self.b_mu, generator
-        )
-        return weight, bias
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.sampling:
-            return self._conv(x, self.w_mu, self.b_mu)
-        if self.force_sample or self.sample_generator is not None:
-            return self._conv(x, *self.sample_weights(self.sample_generator))
-        mean = self._conv(x, self.w_mu, self.b_mu)
-        var = self._conv(x.pow(2), F.softplus(self.w_rho).pow(2), F.softplus(self.b_rho).pow(2))
-        return mean + torch.randn_like(mean) * torch.sqrt(var + _VAR_FLOOR)
 
     def extra_repr(self) -> str:
         return (

@@ -9,39 +9,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from bensemble._validation import check_option, check_positive, check_positive_int
-from bensemble.layers.base import BaseBayesianLayer
+from bensemble.layers.gaussian import MeanFieldGaussianLayer
 
 __all__ = ["BayesianLinear"]
 
 #: Initialisations of the weight means accepted by ``weight_init``.
 WEIGHT_INITS = ("kaiming", "xavier", "normal")
 
-# Added under the square root of the local-reparameterisation variance.
-_VAR_FLOOR = 1e-8
 
-
-def inverse_softplus(sigma: float) -> float:
-    """``rho`` with ``softplus(rho) = sigma`` for ``sigma > 0``."""
-    # log(e^s - 1) = s + log(1 - e^-s); the second form cannot overflow for large s
-    return sigma + math.log(-math.expm1(-sigma))
-
-
-def gaussian_noise(
-    shape: torch.Size | tuple[int, ...], like: torch.Tensor, generator: torch.Generator | None
-) -> torch.Tensor:
-    """Standard normal noise of ``shape`` with ``like``'s dtype and device.
-
-    With a generator the draw happens on the generator's device (a CPU generator also serves a
-    CUDA model) and is then moved next to ``like``.
-    """
-    if generator is None:
-        return torch.randn(shape, dtype=like.dtype, device=like.device)
-    draw_dtype = like.dtype if like.dtype in (torch.float32, torch.float64) else torch.float32
-    eps = torch.randn(shape, dtype=draw_dtype, device=generator.device, generator=generator)
-    return eps.to(device=like.device, dtype=like.dtype)
-
-
-class BayesianLinear(BaseBayesianLayer):
+class BayesianLinear(MeanFieldGaussianLayer):
     """A linear layer with a factorised Gaussian posterior over its weights and bias.
 
     ``q(W) = N(w_mu, softplus(w_rho)^2)`` and ``q(b) = N(b_mu, softplus(b_rho)^2)`` elementwise,
@@ -89,10 +65,7 @@ class BayesianLinear(BaseBayesianLayer):
         self.init_sigma = check_positive(init_sigma, "init_sigma", fn)
         self.weight_init = check_option(weight_init, "weight_init", WEIGHT_INITS, fn)
 
-        self.w_mu = nn.Parameter(torch.empty(self.out_features, self.in_features))
-        self.w_rho = nn.Parameter(torch.empty(self.out_features, self.in_features))
-        self.b_mu = nn.Parameter(torch.empty(self.out_features))
-        self.b_rho = nn.Parameter(torch.empty(self.out_features))
+        self._create_parameters((self.out_features, self.in_features), self.out_features)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -104,32 +77,10 @@ class BayesianLinear(BaseBayesianLayer):
                 nn.init.xavier_normal_(self.w_mu)
             else:
                 nn.init.kaiming_uniform_(self.w_mu, a=math.sqrt(5))
-            self.b_mu.zero_()
-            rho = inverse_softplus(self.init_sigma)
-            self.w_rho.fill_(rho)
-            self.b_rho.fill_(rho)
+        self._reset_sigmas()
 
-    def sample_weights(
-        self, generator: torch.Generator | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One draw ``(W [out, in], b [out])`` from the posterior (differentiable in mu, rho)."""
-        weight = self.w_mu + F.softplus(self.w_rho) * gaussian_noise(
-            self.w_mu.shape, self.w_mu, generator
-        )
-        bias = self.b_mu + F.softplus(self.b_rho) * gaussian_noise(
-            self.b_mu.shape, self.b_mu, generator
-        )
-        return weight, bias
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.sampling:
-            return F.linear(x, self.w_mu, self.b_mu)
-        if self.force_sample or self.sample_generator is not None:
-            weight, bias = self.sample_weights(self.sample_generator)
-            return F.linear(x, weight, bias)
-        mean = F.linear(x, self.w_mu, self.b_mu)
-        var = F.linear(x.pow(2), F.softplus(self.w_rho).pow(2)) + F.softplus(self.b_rho).pow(2)
-        return mean + torch.randn_like(mean) * torch.sqrt(var + _VAR_FLOOR)
+    def _apply(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, weight, bias)
 
     def extra_repr(self) -> str:
         return (
