@@ -29,7 +29,7 @@ from bensemble.experiments._common import (
     repeat_seeds,
     single_thread,
 )
-from bensemble.experiments.size import LEAF_SETTINGS, forest_scores
+from bensemble.experiments.size import LEAF_SETTINGS, leaf_settings_record
 
 __all__ = ["DEFAULT_REPEATS", "N_TEST", "N_TRAIN", "PAPER_RATIO", "RHOS", "run"]
 
@@ -73,19 +73,15 @@ def run(options: RunOptions) -> ExperimentResult:
             test = make_toy_gaussians(n_test, seed=seed + 10_000)
             x = corrupt_inputs(train.x, rho, seed=seed + 20_000)
             record = {"rho": rho}
-            for label, leaf in LEAF_SETTINGS:
-                s = forest_scores(
-                    x,
-                    train.y,
-                    test,
-                    min_samples_leaf=leaf,
-                    n_trees=n_trees,
-                    n_bins=n_bins,
-                    seed=seed,
-                )
-                record[f"EECE {label}"] = s["eece"]
-                record[f"TECE {label}"] = s["tece"]
-                record[f"accuracy {label}"] = s["accuracy"]
+            record |= leaf_settings_record(
+                x,
+                train.y,
+                test,
+                n_trees=n_trees,
+                n_bins=n_bins,
+                seed=seed,
+                fields=("eece", "tece", "accuracy"),
+            )
             records.append(record)
     values = [c for c in records[0] if c != "rho"]
     rows = aggregate(records, ["rho"], values)

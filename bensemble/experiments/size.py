@@ -44,6 +44,7 @@ __all__ = [
     "PAPER_EECE",
     "SIZES",
     "forest_scores",
+    "leaf_settings_record",
     "run",
 ]
 
@@ -82,6 +83,25 @@ def forest_scores(
     return scores
 
 
+def leaf_settings_record(
+    x_train, y_train, test, *, n_trees: int, n_bins: int, seed: int, fields: tuple[str, ...]
+) -> dict[str, float]:
+    """:func:`forest_scores` for every forest of :data:`LEAF_SETTINGS`, as one table record.
+
+    Keys are ``"<FIELD> <label>"`` with ``eece``/``tece`` upper-cased (``"EECE leaf5"``) and other
+    fields as they are (``"vectors leaf1"``).
+    """
+    record: dict[str, float] = {}
+    for label, leaf in LEAF_SETTINGS:
+        scores = forest_scores(
+            x_train, y_train, test, min_samples_leaf=leaf, n_trees=n_trees, n_bins=n_bins, seed=seed
+        )
+        for field in fields:
+            name = field.upper() if field in ("eece", "tece") else field
+            record[f"{name} {label}"] = scores[field]
+    return record
+
+
 def run(options: RunOptions) -> ExperimentResult:
     """Run the training-set-size sweep; print and write its table and figure."""
     watch, printer = Stopwatch(), Printer()
@@ -104,19 +124,15 @@ def run(options: RunOptions) -> ExperimentResult:
             train = make_toy_gaussians(n, seed=seed)
             test = make_toy_gaussians(n_test, seed=seed + 10_000)
             record = {"n_train": n, "paper EECE": PAPER_EECE.get(n, NA)}
-            for label, leaf in LEAF_SETTINGS:
-                s = forest_scores(
-                    train.x,
-                    train.y,
-                    test,
-                    min_samples_leaf=leaf,
-                    n_trees=n_trees,
-                    n_bins=n_bins,
-                    seed=seed,
-                )
-                record[f"EECE {label}"] = s["eece"]
-                record[f"TECE {label}"] = s["tece"]
-                record[f"vectors {label}"] = s["vectors"]
+            record |= leaf_settings_record(
+                train.x,
+                train.y,
+                test,
+                n_trees=n_trees,
+                n_bins=n_bins,
+                seed=seed,
+                fields=("eece", "tece", "vectors"),
+            )
             records.append(record)
     values = [c for c in records[0] if c.split()[0] in ("EECE", "TECE", "vectors")]
     rows = aggregate(records, ["n_train"], values)
