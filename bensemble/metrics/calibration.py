@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from bensemble._validation import (
+    MAX_BIN_SLOTS,
     as_binary,
     as_confidences,
     check_n_bins,
@@ -81,13 +82,70 @@ class CalibrationBins:
         sum_correct: ``[B]`` number of correct predictions (sum of 0/1 outcomes) in each bin.
 
     Two bins objects with the same edges add up (``a + b``): that is how streaming and sharded
-    evaluation merge.
+    evaluation merge. A bins object built by hand is checked: float tensors of matching shapes,
+    non-decreasing finite edges, counts ``>= 0``, ``0 <= sum_correct <= counts`` and
+    ``0 <= sum_confidence <= counts`` (the library's own kernels skip the check).
     """
 
     edges: torch.Tensor
     counts: torch.Tensor
     sum_confidence: torch.Tensor
     sum_correct: torch.Tensor
+
+    def __post_init__(self) -> None:
+        fn = "CalibrationBins"
+        fields = {}
+        for name in ("edges", "counts", "sum_confidence", "sum_correct"):
+            value = getattr(self, name)
+            if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+                raise ValueError(
+                    f"{fn}: `{name}` must be a floating torch tensor (got {type(value).__name__}"
+                    f"{' of dtype ' + str(value.dtype) if isinstance(value, torch.Tensor) else ''})"
+                )
+            if value.ndim != 1:
+                raise ValueError(f"{fn}: `{name}` must be 1-D (got shape {tuple(value.shape)})")
+            if not bool(torch.isfinite(value).all()):
+                raise ValueError(f"{fn}: `{name}` must be finite (got NaN/inf values)")
+            fields[name] = value.to(torch.float64)
+        edges, counts = fields["edges"], fields["counts"]
+        n_bins = edges.shape[0] - 1
+        if n_bins < 1 or bool((edges[1:] < edges[:-1]).any()):
+            raise ValueError(
+                f"{fn}: `edges` must be a non-decreasing [B + 1] vector with B >= 1 "
+                f"(got {edges.tolist() if edges.numel() <= 8 else tuple(edges.shape)})"
+            )
+        for name in ("counts", "sum_confidence", "sum_correct"):
+            if fields[name].shape[0] != n_bins:
+                raise ValueError(
+                    f"{fn}: `{name}` must have one value per bin ({n_bins}) "
+                    f"(got shape {tuple(fields[name].shape)})"
+                )
+        if bool((counts < 0).any()):
+            raise ValueError(f"{fn}: `counts` must be >= 0 (got {float(counts.min()):.4g})")
+        slack = 1e-9 * counts.clamp_min(1.0)
+        for name in ("sum_confidence", "sum_correct"):
+            value = fields[name]
+            if bool((value < -slack).any()) or bool((value > counts + slack).any()):
+                raise ValueError(
+                    f"{fn}: `{name}` must lie in [0, counts] per bin (got a bin outside)"
+                )
+
+    @classmethod
+    def _unchecked(
+        cls,
+        edges: torch.Tensor,
+        counts: torch.Tensor,
+        sum_confidence: torch.Tensor,
+        sum_correct: torch.Tensor,
+    ) -> CalibrationBins:
+        """Build from the library's own kernels, which satisfy the invariants by construction."""
+        bins = object.__new__(cls)
+        for name, value in zip(
+            ("edges", "counts", "sum_confidence", "sum_correct"),
+            (edges, counts, sum_confidence, sum_correct),
+        ):
+            object.__setattr__(bins, name, value)
+        return bins
 
     @property
     def n_bins(self) -> int:
@@ -126,7 +184,7 @@ class CalibrationBins:
                 f"(got {other.n_bins} bins with different edges)"
             )
         dev = self.counts.device
-        return CalibrationBins(
+        return CalibrationBins._unchecked(
             self.edges,
             self.counts + other.counts.to(dev),
             self.sum_confidence + other.sum_confidence.to(dev),
@@ -171,7 +229,7 @@ def _binned_stats(
         edges = quantile_edges(c64, n_bins)
         ids = bucketize_ids(c64, edges, groups=correct)
     counts, sum_conf = (ungroup(s, n_bins, 2) for s in bin_sums(ids, 2 * (n_bins + 1), c64))
-    return CalibrationBins(edges, counts.sum(0), sum_conf.sum(0), counts[1].clone())
+    return CalibrationBins._unchecked(edges, counts.sum(0), sum_conf.sum(0), counts[1].clone())
 
 
 def _top_label_stats(
@@ -312,7 +370,7 @@ def expected_calibration_error(
     Args:
         probs: ``[N, K]`` class probabilities (or logits with ``from_logits=True``).
         targets: ``[N]`` integer labels in ``[0, K)``.
-        n_bins: number of bins.
+        n_bins: number of bins, at most :data:`bensemble._validation.MAX_N_BINS` (2**20).
         norm: ``"l1"`` (ECE), ``"l2"`` (RMSCE) or ``"max"`` (MCE).
         binning: ``"uniform"`` or ``"quantile"`` (equal mass).
         from_logits: apply the softmax (float64) first.
@@ -378,7 +436,8 @@ def classwise_calibration_error(
     Args:
         probs: ``[N, K]`` class probabilities (or logits with ``from_logits=True``).
         targets: ``[N]`` integer labels in ``[0, K)``.
-        n_bins: number of bins per class.
+        n_bins: number of bins per class; ``num_classes * (n_bins + 1)`` may not exceed
+            :data:`bensemble._validation.MAX_BIN_SLOTS` (2**24).
         norm: ``"l1"``, ``"l2"`` or ``"max"``.
         binning: ``"uniform"`` or ``"quantile"``.
         from_logits: apply the softmax (float64) first.
@@ -395,6 +454,12 @@ def classwise_calibration_error(
     n_bins = _check_options(fn, n_bins, norm, binning)
     p, y = _check_probs_targets(probs, targets, fn, from_logits)
     n_classes = p.shape[1]
+    if n_classes * (n_bins + 1) > MAX_BIN_SLOTS:
+        raise ValueError(
+            f"{fn}: `n_bins` must be <= {MAX_BIN_SLOTS // n_classes - 1} for {n_classes} classes "
+            f"(classwise bins need num_classes * (n_bins + 1) <= {MAX_BIN_SLOTS} slots) "
+            f"(got {n_bins})"
+        )
     values = p.to(_F64)
     if binning == "uniform":
         groups = torch.arange(n_classes, device=p.device)

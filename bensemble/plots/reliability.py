@@ -120,6 +120,17 @@ class ReliabilityDisplay:
         confidence_level: float = 0.95,
         name: str | None = None,
     ) -> None:
+        fn = "ReliabilityDisplay"
+        if not isinstance(bins, CalibrationBins):
+            raise ValueError(f"{fn}: `bins` must be a CalibrationBins (got {type(bins).__name__})")
+        for arg, value in (("lower", lower), ("upper", upper)):
+            t = as_float_tensor(value, arg, fn, ndim=1, dtype=None, finite=False)
+            if t.shape[0] != bins.n_bins:
+                raise ValueError(
+                    f"{fn}: `{arg}` must have one value per bin ({bins.n_bins}) "
+                    f"(got shape {tuple(t.shape)})"
+                )
+        check_probability(confidence_level, "confidence_level", fn)
         self.bins = bins
         self.lower = lower
         self.upper = upper
