@@ -20,7 +20,9 @@ from bensemble._validation import (
     as_float_tensor,
     as_labels,
     as_member_stack,
+    check_bool,
     check_option,
+    check_positive,
     check_positive_int,
     to_tensor,
 )
@@ -189,6 +191,7 @@ class EpistemicReliabilityDisplay:
         import matplotlib.pyplot as plt
 
         check_option(scale, "scale", SCALES, "EpistemicReliabilityDisplay.plot")
+        check_positive(max_marker_size, "max_marker_size", "EpistemicReliabilityDisplay.plot")
         if ax is None:
             fig, ax = plt.subplots(figsize=(5, 5))
         else:
@@ -307,6 +310,8 @@ def plot_toy_maps(
     import matplotlib.pyplot as plt
 
     fn = "plot_toy_maps"
+    shared_scale = check_bool(shared_scale, "shared_scale", fn)
+    panel_size = check_positive(panel_size, "panel_size", fn)
     gx = as_float_tensor(grid_x, "grid_x", fn, ndim=2)
     n, x1, x2 = _grid_axes(gx, fn)
     if not isinstance(panels, Mapping) or len(panels) == 0:

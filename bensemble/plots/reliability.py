@@ -16,6 +16,7 @@ from bensemble._validation import (
     as_float_tensor,
     as_labels,
     as_probs,
+    check_bool,
     check_probability,
 )
 from bensemble.metrics.calibration import (
@@ -200,6 +201,7 @@ class ReliabilityDisplay:
         """
         import matplotlib.pyplot as plt
 
+        show_counts = check_bool(show_counts, "show_counts", "ReliabilityDisplay.plot")
         stacked = ax is None and show_counts  # our own figure: counts in a panel below
         if ax is None:
             fig, axes = plt.subplots(

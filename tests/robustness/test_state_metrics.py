@@ -236,3 +236,43 @@ def test_classwise_bins_times_classes_is_bounded():
     probs[0, 0] = 1.0
     with pytest.raises(ValueError, match="`n_bins`.*classes"):
         M.classwise_calibration_error(probs, torch.tensor([0]), V.MAX_N_BINS)
+
+
+@pytest.mark.parametrize(
+    "call, pattern",
+    [
+        pytest.param(
+            lambda: ReliabilityDisplay.from_confidences([0.2, 0.9], [0, 1]).plot(show_counts="no"),
+            "`show_counts` must be True or False",
+            id="show_counts",
+        ),
+        pytest.param(
+            lambda: EpistemicReliabilityDisplay(torch.ones(2), torch.ones(2), torch.ones(2)).plot(
+                max_marker_size=-5.0
+            ),
+            "`max_marker_size` must be a finite number > 0",
+            id="max_marker_size",
+        ),
+        pytest.param(
+            lambda: plot_toy_maps(
+                torch.cartesian_prod(torch.arange(3.0), torch.arange(3.0)).flip(1),
+                {"a": torch.zeros(9)},
+                panel_size=0.0,
+            ),
+            "`panel_size` must be a finite number > 0",
+            id="panel_size",
+        ),
+        pytest.param(
+            lambda: plot_toy_maps(
+                torch.cartesian_prod(torch.arange(3.0), torch.arange(3.0)).flip(1),
+                {"a": torch.zeros(9)},
+                shared_scale="yes",
+            ),
+            "`shared_scale` must be True or False",
+            id="shared_scale",
+        ),
+    ],
+)
+def test_plot_options_are_checked(call, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        call()
