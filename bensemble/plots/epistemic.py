@@ -92,6 +92,8 @@ class EpistemicReliabilityDisplay:
                     f"(got {tuple(t.shape)})"
                 )
             shape = t.shape
+        if value is not None:
+            value = check_positive(value, "value", fn, allow_zero=True)
         self.trust = trust
         self.squared_error = squared_error
         self.counts = counts

@@ -6,7 +6,13 @@ from typing import Any
 
 import torch
 
-from bensemble._validation import as_float_tensor, as_labels, as_member_stack, to_tensor
+from bensemble._validation import (
+    as_float_tensor,
+    as_labels,
+    as_member_stack,
+    check_positive,
+    to_tensor,
+)
 from bensemble.metrics.selective import aurc, risk_coverage_curve, selective_confidence
 
 __all__ = ["RiskCoverageDisplay", "plot_risk_coverage"]
@@ -56,6 +62,8 @@ class RiskCoverageDisplay:
                     f"{fn}: `{arg}` must have the shape of `coverage` {tuple(c.shape)} "
                     f"(got {tuple(t.shape)})"
                 )
+        if aurc is not None:
+            aurc = check_positive(aurc, "aurc", fn, allow_zero=True)
         self.coverage = coverage
         self.risk = risk
         self.thresholds = thresholds

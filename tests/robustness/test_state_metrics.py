@@ -170,6 +170,38 @@ def test_display_constructors_validate_their_arrays():
         EpistemicReliabilityDisplay(torch.ones(3), torch.ones(3), torch.ones(2))
 
 
+@pytest.mark.parametrize(
+    "call, pattern",
+    [
+        pytest.param(
+            lambda: RiskCoverageDisplay(torch.ones(2), torch.ones(2), torch.ones(2), aurc="0.1"),
+            "`aurc` must be a finite number",
+            id="aurc",
+        ),
+        pytest.param(
+            lambda: EpistemicReliabilityDisplay(
+                torch.ones(2), torch.ones(2), torch.ones(2), value=float("nan")
+            ),
+            "`value` must be a finite number",
+            id="value",
+        ),
+        pytest.param(
+            lambda: ReliabilityDisplay(
+                M.binned_calibration_stats([0.2, 0.9], [0, 1], n_bins=2),
+                torch.zeros(2),
+                torch.ones(2),
+                confidence_level=1.5,
+            ),
+            "`confidence_level` must lie in",
+            id="confidence_level",
+        ),
+    ],
+)
+def test_display_scalars_are_checked(call, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        call()
+
+
 @pytest.mark.parametrize("class_index", [1.5, "1", True])
 def test_epistemic_class_index_must_be_an_int(class_index):
     g = torch.Generator().manual_seed(0)
