@@ -12,12 +12,26 @@ Conventions
 * Probabilities must be finite, lie in ``[0, 1]`` and, along the class axis, sum to 1 within
   :data:`SUM_TOLERANCE` (``1e-4``; ``1e-2`` for float16/bfloat16 inputs). A matrix whose rows
   do not sum to 1 is never guessed to be logits: the message suggests ``from_logits=True``.
+  The tolerance is that of the *original* dtype: a layer that already converted float16 data to
+  float64 passes ``source_dtype=torch.float16`` on (:func:`as_probs`).
+* ``from_logits=True`` applies the softmax and never second-guesses the caller, but when every
+  row already lies on the simplex (values in ``[0, 1]``, rows summing to 1) it warns with a
+  ``UserWarning``: the softmax of probabilities is a silently wrong input.
+* Member predictions are ``[M, N, K]`` (:func:`as_member_stack`). A 2-D array is never guessed:
+  it is the binary positive-class form ``[M, N]`` only when the caller passes ``binary=True``,
+  otherwise an error (a single model's ``[N, K]`` probabilities need a member axis,
+  ``probs[None]``).
 * Labels must have an integer (or bool) dtype; a float array of labels is rejected even when its
   values are integral, because a float label array is nearly always a bug upstream.
+* Bin counts are capped at :data:`MAX_N_BINS` so that an absurd ``n_bins`` is a ``ValueError``
+  before it reaches the allocator.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -26,10 +40,13 @@ import torch
 
 __all__ = [
     "SUM_TOLERANCE",
+    "MAX_N_BINS",
+    "MAX_BIN_SLOTS",
     "to_tensor",
     "as_float_tensor",
     "as_probs",
     "as_member_probs",
+    "as_member_stack",
     "as_binary_member_probs",
     "as_logits",
     "as_labels",
@@ -43,11 +60,59 @@ __all__ = [
     "check_same_length",
     "check_finite",
     "check_generator",
+    "check_bool",
+    "output_dtype",
+    "warn_user",
 ]
 
 #: Maximum allowed ``|sum_k p_k - 1|`` for a probability row (float32/float64 inputs).
 SUM_TOLERANCE = 1e-4
 _HALF_SUM_TOLERANCE = 1e-2
+
+#: Largest ``n_bins`` any binned metric accepts (2**20 = 1,048,576). Equal-width bins of width
+#: ``1e-6`` already resolve every float32 confidence step that matters; beyond it a request is a
+#: typo (``2**40`` would need terabytes of per-bin sums), refused before anything is allocated.
+MAX_N_BINS = 2**20
+
+#: Largest number of per-bin slots one accumulation may allocate (``K * (n_bins + 1)`` for the
+#: classwise calibration error): 2**24 slots, three float64 sums of 128 MiB each.
+MAX_BIN_SLOTS = 2**24
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn`` attributed to the first caller outside the bensemble package."""
+    level = 2  # stacklevel 2 is warn_user's caller, the frame we start from
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+        _PACKAGE_DIR + os.sep
+    ):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, category, stacklevel=level)
+
+
+def check_bool(value: Any, name: str, fn: str) -> bool:
+    """A ``bool`` (or numpy bool); any other value (``"no"``, ``1``, ``None``) is refused."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{fn}: `{name}` must be True or False (got {value!r})")
+    return bool(value)
+
+
+def output_dtype(value: Any) -> torch.dtype:
+    """The floating dtype a per-sample output takes for an input of ``value``'s dtype.
+
+    float32 and float64 inputs keep their dtype; float16 / bfloat16 inputs give float32 (the
+    maths runs in float64 and a half-precision result would lose most of its digits); integer
+    and bool inputs give torch's default dtype. Nested Python lists arrive as float64.
+    """
+    dtype = value.dtype if isinstance(value, torch.Tensor) else None
+    if dtype in (torch.float32, torch.float64):
+        return dtype
+    if dtype is not None and dtype.is_floating_point:
+        return torch.float32
+    return torch.get_default_dtype()
 
 
 def _describe(value: Any) -> str:
@@ -142,6 +207,17 @@ def _sum_tolerance(dtype: torch.dtype) -> float:
     return _HALF_SUM_TOLERANCE if dtype in (torch.float16, torch.bfloat16) else SUM_TOLERANCE
 
 
+def _row_sum_deviation(t: torch.Tensor, dim: int = -1) -> float:
+    """``max |sum_k p_k - 1|`` over the rows of ``t``."""
+    if dim in (-1, t.ndim - 1) and t.dtype in (torch.float32, torch.float64):
+        # a BLAS matrix-vector product reads the rows ~2x faster than .sum(-1) for small K
+        row_sums = t @ torch.ones(t.shape[-1], dtype=t.dtype, device=t.device)
+    else:
+        row_sums = t.sum(dim, dtype=torch.float64 if t.dtype == torch.float64 else torch.float32)
+    s_lo, s_hi = (float(v) for v in torch.aminmax(row_sums))
+    return max(s_hi - 1.0, 1.0 - s_lo)
+
+
 def _check_simplex(
     t: torch.Tensor, name: str, fn: str, original_dtype: torch.dtype, dim: int = -1
 ) -> None:
@@ -156,13 +232,7 @@ def _check_simplex(
         )
     if t.shape[dim] < 2:
         return
-    if dim in (-1, t.ndim - 1) and t.dtype in (torch.float32, torch.float64):
-        # a BLAS matrix-vector product reads the rows ~2x faster than .sum(-1) for small K
-        row_sums = t @ torch.ones(t.shape[-1], dtype=t.dtype, device=t.device)
-    else:
-        row_sums = t.sum(dim)
-    s_lo, s_hi = (float(v) for v in torch.aminmax(row_sums))
-    deviation = max(s_hi - 1.0, 1.0 - s_lo)
+    deviation = _row_sum_deviation(t, dim)
     if deviation > _sum_tolerance(original_dtype):
         raise ValueError(
             f"{fn}: `{name}` must have rows summing to 1 (max deviation {deviation:.3g}); "
@@ -170,11 +240,70 @@ def _check_simplex(
         )
 
 
+def _warn_if_probabilities(
+    t: torch.Tensor, name: str, fn: str, original_dtype: torch.dtype, *, binary: bool = False
+) -> None:
+    """Warn when logits already lie on the simplex (softmax / sigmoid would be applied twice).
+
+    Multi-class: every value in ``[0, 1]`` and every row summing to 1 within the tolerance of
+    ``original_dtype``. Binary positive-class form: every value in ``[0, 1]``. ``t`` is finite.
+    """
+    if t.numel() == 0:
+        return
+    lo, hi = (float(v) for v in torch.aminmax(t))
+    if not (lo >= 0.0 and hi <= 1.0):
+        return  # the usual case: real logits have negative entries
+    if binary:
+        what = "every value lies in [0, 1]: these look like positive-class probabilities"
+    else:
+        if t.shape[-1] < 2 or _row_sum_deviation(t) > _sum_tolerance(original_dtype):
+            return
+        what = (
+            "every row already lies on the probability simplex (values in [0, 1], rows "
+            "summing to 1): these look like probabilities"
+        )
+    squash = "sigmoid" if binary else "softmax"
+    warn_user(
+        f"{fn}: `{name}` was given with from_logits=True but {what}, and the {squash} will "
+        "be applied to them again; pass from_logits=False if they are probabilities"
+    )
+
+
+def _check_source_dtype(source_dtype: Any, fn: str) -> torch.dtype | None:
+    if source_dtype is None:
+        return None
+    if not isinstance(source_dtype, torch.dtype) or not source_dtype.is_floating_point:
+        raise ValueError(
+            f"{fn}: `source_dtype` must be a floating torch.dtype or None (got {source_dtype!r})"
+        )
+    return source_dtype
+
+
 def as_logits(
-    value: Any, name: str, fn: str, *, ndim: int | tuple[int, ...] = 2, dtype=torch.float64
+    value: Any,
+    name: str,
+    fn: str,
+    *,
+    ndim: int | tuple[int, ...] = 2,
+    dtype=torch.float64,
+    min_classes: int = 1,
+    warn_on_simplex: bool = False,
 ) -> torch.Tensor:
-    """Finite logits ``[..., K]`` with ``K >= 1``."""
-    t = as_float_tensor(value, name, fn, ndim=ndim, dtype=dtype)
+    """Finite logits ``[..., K]`` with ``K >= min_classes``.
+
+    ``warn_on_simplex=True`` warns (``UserWarning``) when every row already lies on the
+    probability simplex, i.e. the caller most likely passed probabilities as logits.
+    """
+    t = to_tensor(value, name, fn)
+    original_dtype = t.dtype if t.is_floating_point() else torch.float64
+    t = as_float_tensor(t, name, fn, ndim=ndim, dtype=dtype)
+    if t.shape[-1] < min_classes:
+        raise ValueError(
+            f"{fn}: `{name}` must have at least {min_classes} classes on its last axis "
+            f"(got shape {tuple(t.shape)})"
+        )
+    if warn_on_simplex:
+        _warn_if_probabilities(t, name, fn, original_dtype)
     return t
 
 
@@ -187,22 +316,36 @@ def as_probs(
     ndim: int | tuple[int, ...] = 2,
     min_classes: int = 2,
     dtype: torch.dtype | None = torch.float64,
+    source_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """Class probabilities ``[N, K]`` (or the rank in ``ndim``), as float64 by default.
 
-    With ``from_logits=True`` the softmax over the last axis is applied after the finite check.
+    With ``from_logits=True`` the softmax over the last axis is applied after the finite check
+    (and a ``UserWarning`` is issued when the rows already lie on the simplex).
+
+    Args:
+        source_dtype: the dtype the values had before an earlier layer converted them (e.g.
+            float16 data already cast to float64); the row-sum tolerance is that of
+            ``source_dtype`` (``1e-2`` for float16 / bfloat16) instead of the current dtype's.
     """
+    from_logits = check_bool(from_logits, "from_logits", fn)
+    source_dtype = _check_source_dtype(source_dtype, fn)
+    if from_logits:
+        t = as_logits(
+            value, name, fn, ndim=ndim, dtype=dtype, min_classes=min_classes, warn_on_simplex=True
+        )
+        return torch.softmax(t, dim=-1)
     t = to_tensor(value, name, fn)
     original_dtype = t.dtype if t.is_floating_point() else torch.float64
+    if source_dtype is not None:
+        original_dtype = source_dtype
     # Without from_logits the finite check is folded into _check_simplex's single min/max pass.
-    t = as_float_tensor(t, name, fn, ndim=ndim, dtype=dtype, finite=from_logits)
+    t = as_float_tensor(t, name, fn, ndim=ndim, dtype=dtype, finite=False)
     if t.shape[-1] < min_classes:
         raise ValueError(
             f"{fn}: `{name}` must have at least {min_classes} classes on its last axis "
             f"(got shape {tuple(t.shape)})"
         )
-    if from_logits:
-        return torch.softmax(t, dim=-1)
     _check_simplex(t, name, fn, original_dtype)
     return t
 
@@ -214,9 +357,80 @@ def as_member_probs(
     *,
     from_logits: bool = False,
     dtype: torch.dtype | None = torch.float64,
+    source_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """Member probabilities ``[M, N, K]``."""
-    return as_probs(value, name, fn, from_logits=from_logits, ndim=3, dtype=dtype)
+    return as_probs(
+        value,
+        name,
+        fn,
+        from_logits=from_logits,
+        ndim=3,
+        dtype=dtype,
+        source_dtype=source_dtype,
+    )
+
+
+def as_member_stack(
+    value: Any,
+    name: str = "member_probs",
+    fn: str = "bensemble",
+    *,
+    binary: bool = False,
+    from_logits: bool = False,
+    dtype: torch.dtype | None = torch.float64,
+    source_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """Member predictions under the library's one shape rule; never guesses from a 2-D shape.
+
+    * ``binary=False`` (default): ``value`` must be ``[M, N, K]`` member probabilities (logits
+      with ``from_logits=True``, softmax over ``K``); returned as ``[M, N, K]``. A 2-D array is
+      an error whose message explains the two things it could have been: a single model's
+      ``[N, K]`` probabilities (not member predictions; add a member axis, ``probs[None]``) or
+      binary positive-class members ``[M, N]`` (pass ``binary=True``).
+    * ``binary=True``: ``value`` must be ``[M, N]``, the probability of the positive class per
+      member (logits with ``from_logits=True``, sigmoid); returned as ``[M, N]`` in ``[0, 1]``.
+      A 3-D array is an error.
+
+    Tensors, numpy arrays and nested lists holding the same data give the same tensor.
+    """
+    binary = check_bool(binary, "binary", fn)
+    from_logits = check_bool(from_logits, "from_logits", fn)
+    t = to_tensor(value, name, fn)
+    shape = tuple(t.shape)
+    if binary:
+        if t.ndim != 2:
+            raise ValueError(
+                f"{fn}: `{name}` must be 2-D [M, N] positive-class probabilities per member "
+                f"with binary=True (got shape {shape}); pass [M, N, K] member predictions "
+                "without binary=True"
+            )
+        original_dtype = t.dtype if t.is_floating_point() else torch.float64
+        p = as_float_tensor(t, name, fn, ndim=2, dtype=dtype)
+        if from_logits:
+            _warn_if_probabilities(p, name, fn, original_dtype, binary=True)
+            return torch.sigmoid(p)
+        lo, hi = (float(v) for v in torch.aminmax(p))
+        if lo < 0.0 or hi > 1.0:
+            raise ValueError(
+                f"{fn}: `{name}` must hold probabilities in [0, 1] (got values in "
+                f"[{lo:.4g}, {hi:.4g}]); if these are logits pass from_logits=True"
+            )
+        return p
+    if t.ndim == 2:
+        raise ValueError(
+            f"{fn}: `{name}` must be member predictions [M, N, K] (got shape {shape}); a single "
+            "model's [N, K] probabilities are not member predictions - add a member axis "
+            "(probs[None]) - and binary positive-class members [M, N] need binary=True"
+        )
+    if t.ndim != 3:
+        raise ValueError(
+            f"{fn}: `{name}` must be member predictions [M, N, K] (or [M, N] with binary=True) "
+            f"(got shape {shape})"
+        )
+    return as_probs(
+        t, name, fn, from_logits=from_logits, ndim=3, dtype=dtype, source_dtype=source_dtype
+    )
 
 
 def as_binary_member_probs(
@@ -311,9 +525,14 @@ def check_positive_int(value: Any, name: str, fn: str, *, minimum: int = 1) -> i
     return int(value)
 
 
-def check_n_bins(n_bins: Any, fn: str, name: str = "n_bins") -> int:
-    """``n_bins`` is a positive integer."""
-    return check_positive_int(n_bins, name, fn, minimum=1)
+def check_n_bins(n_bins: Any, fn: str, name: str = "n_bins", *, maximum: int = MAX_N_BINS) -> int:
+    """``n_bins`` is an integer in ``[1, maximum]`` (:data:`MAX_N_BINS` by default)."""
+    n = check_positive_int(n_bins, name, fn, minimum=1)
+    if n > maximum:
+        raise ValueError(
+            f"{fn}: `{name}` must be an integer >= 1 and <= {maximum} (got {n_bins!r})"
+        )
+    return n
 
 
 def check_positive(value: Any, name: str, fn: str, *, allow_zero: bool = False) -> float:

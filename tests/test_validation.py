@@ -137,3 +137,30 @@ def test_member_probs_rank():
         v.as_member_probs(np.full((4, 2), 0.5), fn=FN)
     with pytest.raises(ValueError, match=r"in \[0, 1\]"):
         v.as_binary_member_probs(np.full((4, 2), 1.5), fn=FN)
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        pytest.param(torch.zeros(2, dtype=torch.float64), torch.float64, id="float64"),
+        pytest.param(torch.zeros(2, dtype=torch.float32), torch.float32, id="float32"),
+        pytest.param(torch.zeros(2, dtype=torch.float16), torch.float32, id="float16"),
+        pytest.param(torch.zeros(2, dtype=torch.bfloat16), torch.float32, id="bfloat16"),
+        pytest.param(torch.zeros(2, dtype=torch.int64), torch.get_default_dtype(), id="int64"),
+    ],
+)
+def test_output_dtype(value, expected):
+    assert v.output_dtype(value) == expected
+
+
+def test_check_bool():
+    assert v.check_bool(np.bool_(True), "flag", FN) is True
+    for bad in (1, 0, "True", None, 1.0):
+        with pytest.raises(ValueError, match=f"{FN}: `flag` must be True or False"):
+            v.check_bool(bad, "flag", FN)
+
+
+def test_warn_user_points_at_the_caller_outside_the_package():
+    with pytest.warns(UserWarning, match="hello") as record:
+        v.warn_user("hello")
+    assert record[0].filename == __file__

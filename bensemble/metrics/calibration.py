@@ -32,12 +32,12 @@ dtype on any device.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from bensemble._validation import (
+    MAX_BIN_SLOTS,
     as_binary,
     as_confidences,
     check_n_bins,
@@ -52,6 +52,7 @@ from bensemble.metrics._binning import (
     ungroup,
     uniform_bin_ids,
 )
+from bensemble.metrics._bins import CalibrationBins
 from bensemble.metrics.scoring import _check_probs_targets, _top_label
 
 __all__ = [
@@ -68,70 +69,6 @@ __all__ = [
 NORMS = ("l1", "l2", "max")
 BINNINGS = ("uniform", "quantile")
 _F64 = torch.float64
-
-
-@dataclass(frozen=True, eq=False)
-class CalibrationBins:
-    """Per-bin sufficient statistics of a binned calibration error (float64 tensors).
-
-    Attributes:
-        edges: ``[B + 1]`` bin edges; bin ``b`` is ``(edges[b], edges[b + 1]]``.
-        counts: ``[B]`` number of samples per bin (exact integers).
-        sum_confidence: ``[B]`` sum of the confidences in each bin.
-        sum_correct: ``[B]`` number of correct predictions (sum of 0/1 outcomes) in each bin.
-
-    Two bins objects with the same edges add up (``a + b``): that is how streaming and sharded
-    evaluation merge.
-    """
-
-    edges: torch.Tensor
-    counts: torch.Tensor
-    sum_confidence: torch.Tensor
-    sum_correct: torch.Tensor
-
-    @property
-    def n_bins(self) -> int:
-        """Number of bins ``B``."""
-        return int(self.counts.shape[-1])
-
-    @property
-    def total(self) -> float:
-        """Number of samples ``N``."""
-        return float(self.counts.sum())
-
-    @property
-    def mean_confidence(self) -> torch.Tensor:
-        """``[B]`` mean confidence per bin; an empty bin reports its midpoint."""
-        midpoint = (self.edges[:-1] + self.edges[1:]) / 2
-        mean = self.sum_confidence / self.counts.clamp_min(1.0)
-        return torch.where(self.counts > 0, mean, midpoint)
-
-    @property
-    def accuracy(self) -> torch.Tensor:
-        """``[B]`` accuracy per bin; 0 for an empty bin."""
-        return self.sum_correct / self.counts.clamp_min(1.0)
-
-    @property
-    def weights(self) -> torch.Tensor:
-        """``[B]`` fraction of the samples in each bin (all 0 when there are none)."""
-        return self.counts / self.counts.sum().clamp_min(1.0)
-
-    def __add__(self, other: CalibrationBins) -> CalibrationBins:
-        if not isinstance(other, CalibrationBins):
-            return NotImplemented
-        edges = other.edges.to(self.edges.device)
-        if edges.shape != self.edges.shape or not torch.equal(edges, self.edges):
-            raise ValueError(
-                "CalibrationBins.__add__: `other` must have the same edges "
-                f"(got {other.n_bins} bins with different edges)"
-            )
-        dev = self.counts.device
-        return CalibrationBins(
-            self.edges,
-            self.counts + other.counts.to(dev),
-            self.sum_confidence + other.sum_confidence.to(dev),
-            self.sum_correct + other.sum_correct.to(dev),
-        )
 
 
 def _norm_from_sums(
@@ -171,7 +108,7 @@ def _binned_stats(
         edges = quantile_edges(c64, n_bins)
         ids = bucketize_ids(c64, edges, groups=correct)
     counts, sum_conf = (ungroup(s, n_bins, 2) for s in bin_sums(ids, 2 * (n_bins + 1), c64))
-    return CalibrationBins(edges, counts.sum(0), sum_conf.sum(0), counts[1].clone())
+    return CalibrationBins._unchecked(edges, counts.sum(0), sum_conf.sum(0), counts[1].clone())
 
 
 def _top_label_stats(
@@ -312,7 +249,7 @@ def expected_calibration_error(
     Args:
         probs: ``[N, K]`` class probabilities (or logits with ``from_logits=True``).
         targets: ``[N]`` integer labels in ``[0, K)``.
-        n_bins: number of bins.
+        n_bins: number of bins, at most :data:`bensemble._validation.MAX_N_BINS` (2**20).
         norm: ``"l1"`` (ECE), ``"l2"`` (RMSCE) or ``"max"`` (MCE).
         binning: ``"uniform"`` or ``"quantile"`` (equal mass).
         from_logits: apply the softmax (float64) first.
@@ -378,7 +315,8 @@ def classwise_calibration_error(
     Args:
         probs: ``[N, K]`` class probabilities (or logits with ``from_logits=True``).
         targets: ``[N]`` integer labels in ``[0, K)``.
-        n_bins: number of bins per class.
+        n_bins: number of bins per class; ``num_classes * (n_bins + 1)`` may not exceed
+            :data:`bensemble._validation.MAX_BIN_SLOTS` (2**24).
         norm: ``"l1"``, ``"l2"`` or ``"max"``.
         binning: ``"uniform"`` or ``"quantile"``.
         from_logits: apply the softmax (float64) first.
@@ -395,6 +333,12 @@ def classwise_calibration_error(
     n_bins = _check_options(fn, n_bins, norm, binning)
     p, y = _check_probs_targets(probs, targets, fn, from_logits)
     n_classes = p.shape[1]
+    if n_classes * (n_bins + 1) > MAX_BIN_SLOTS:
+        raise ValueError(
+            f"{fn}: `n_bins` must be <= {MAX_BIN_SLOTS // n_classes - 1} for {n_classes} classes "
+            f"(classwise bins need num_classes * (n_bins + 1) <= {MAX_BIN_SLOTS} slots) "
+            f"(got {n_bins})"
+        )
     values = p.to(_F64)
     if binning == "uniform":
         groups = torch.arange(n_classes, device=p.device)

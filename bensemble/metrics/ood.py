@@ -13,7 +13,9 @@ ranking only, computed in torch (float64 counts):
 
 :func:`ood_scores` turns a member stack ``[M, N, K]`` into detection scores (total, aleatoric and
 epistemic uncertainty, ...); :func:`detection_report` and :func:`misclassification_report` score
-them all.
+them all. A 2-D member array is read as binary positive-class members ``[M, N]`` only with
+``binary=True`` (see :func:`bensemble._validation.as_member_stack`); one model's ``[N, K]``
+probabilities need a member axis (``probs[None]``).
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from bensemble._validation import (
     as_binary,
     as_float_tensor,
     as_labels,
-    as_probs,
+    as_member_stack,
     check_probability,
+    output_dtype,
+    to_tensor,
 )
 from bensemble.metrics._ranking import descending_counts
 
@@ -143,18 +147,24 @@ def fpr_at_95_tpr(scores: Any, is_positive: Any) -> float:
     return fpr_at_tpr(scores, is_positive, 0.95)
 
 
-def member_uncertainty(member_probs: Any, fn: str, name: str = "member_probs") -> dict[str, Any]:
-    """Per-sample uncertainty views of a member stack ``[M, N, K]`` (``[N, K]`` means M = 1).
+def member_uncertainty(
+    member_probs: Any, fn: str, name: str = "member_probs", *, binary: bool = False
+) -> dict[str, Any]:
+    """Per-sample uncertainty views of a member stack ``[M, N, K]`` (``[M, N]`` with ``binary``).
 
     In float64, with ``0 log 0 = 0`` (:func:`torch.special.entr`): total ``H(mean_m p_m)``,
     aleatoric ``mean_m H(p_m)``, epistemic = their gap (the mutual information, clamped at 0
     against rounding), variance ``sum_k Var_m[p_mk]`` (divisor M; the EU of the
-    epistemic-calibration paper), and ``1 - max_k mean_m p_mk``. Entropies are in nats.
-    Private keys: ``"_mean"`` (the mean prediction ``[N, K]``) and ``"_members"`` (``M``).
+    epistemic-calibration paper), and ``1 - max_k mean_m p_mk``. Entropies are in nats. The
+    binary form ``[M, N]`` is read as the two-class stack ``[1 - p, p]``.
+    Private keys: ``"_mean"`` (the float64 mean prediction ``[N, K]``), ``"_members"`` (``M``)
+    and ``"_dtype"`` (the floating dtype of the outputs, see
+    :func:`bensemble._validation.output_dtype`); the public views are float64 here.
     """
-    p = as_probs(member_probs, name, fn, ndim=(2, 3))
-    if p.ndim == 2:
-        p = p.unsqueeze(0)
+    t = to_tensor(member_probs, name, fn)
+    p = as_member_stack(t, name, fn, binary=binary)
+    if binary:
+        p = torch.stack([1.0 - p, p], dim=-1)
     mean = p.mean(dim=0)
     total = torch.special.entr(mean).sum(dim=-1) + 0.0  # + 0.0 turns -0.0 into 0.0
     aleatoric = torch.special.entr(p).sum(dim=-1).mean(dim=0) + 0.0
@@ -166,18 +176,21 @@ def member_uncertainty(member_probs: Any, fn: str, name: str = "member_probs") -
         "one_minus_max_probability": 1.0 - mean.max(dim=-1).values,
         "_mean": mean,
         "_members": p.shape[0],
+        "_dtype": output_dtype(t),
     }
 
 
-def ood_scores(member_probs: Any) -> dict[str, torch.Tensor]:
+def ood_scores(member_probs: Any, *, binary: bool = False) -> dict[str, torch.Tensor]:
     """Detection scores (larger = more uncertain) from member probabilities.
 
     Args:
-        member_probs: member probabilities ``[M, N, K]`` (``[N, K]`` is read as one member, whose
-            epistemic and variance scores are then 0).
+        member_probs: member probabilities ``[M, N, K]`` (``[M, N]`` positive-class
+            probabilities with ``binary=True``; one model's ``[N, K]`` needs ``probs[None]``).
+        binary: read a 2-D ``member_probs`` as binary positive-class members ``[M, N]``.
 
     Returns:
-        A dict over :data:`OOD_SCORES` of float64 tensors ``[N]``: ``"total"`` (entropy of the mean
+        A dict over :data:`OOD_SCORES` of tensors ``[N]`` in the input's floating dtype
+        (float32 for float16 / bfloat16; computed in float64): ``"total"`` (entropy of the mean
         prediction), ``"aleatoric"`` (mean member entropy), ``"epistemic"`` (mutual
         information = total - aleatoric), ``"variance"`` (``sum_k Var_m[p_mk]``) and
         ``"one_minus_max_probability"``. Entropies in nats.
@@ -187,8 +200,8 @@ def ood_scores(member_probs: Any) -> dict[str, torch.Tensor]:
         >>> round(float(s["epistemic"][0]), 4), float(s["aleatoric"][0])
         (0.6931, 0.0)
     """
-    views = member_uncertainty(member_probs, "ood_scores")
-    return {key: views[key] for key in OOD_SCORES}
+    views = member_uncertainty(member_probs, "ood_scores", binary=binary)
+    return {key: views[key].to(views["_dtype"]) for key in OOD_SCORES}
 
 
 def _report(scores: dict[str, torch.Tensor], is_positive: torch.Tensor) -> dict[str, dict]:
@@ -202,20 +215,23 @@ def _report(scores: dict[str, torch.Tensor], is_positive: torch.Tensor) -> dict[
     }
 
 
-def detection_report(member_probs_in: Any, member_probs_out: Any) -> dict[str, dict[str, float]]:
+def detection_report(
+    member_probs_in: Any, member_probs_out: Any, *, binary: bool = False
+) -> dict[str, dict[str, float]]:
     """OOD detection quality of every :func:`ood_scores` score, OOD samples as positives.
 
     Args:
         member_probs_in: member probabilities on in-distribution inputs ``[M, N_in, K]``.
         member_probs_out: member probabilities on OOD inputs ``[M, N_out, K]`` (same ``M``, ``K``).
+        binary: both are binary positive-class members ``[M, N_in]`` / ``[M, N_out]``.
 
     Returns:
         ``{score: {"auroc": float, "aupr": float, "fpr95": float}}`` for each key of
         :data:`OOD_SCORES`.
     """
     fn = "detection_report"
-    views_in = member_uncertainty(member_probs_in, fn, "member_probs_in")
-    views_out = member_uncertainty(member_probs_out, fn, "member_probs_out")
+    views_in = member_uncertainty(member_probs_in, fn, "member_probs_in", binary=binary)
+    views_out = member_uncertainty(member_probs_out, fn, "member_probs_out", binary=binary)
     a, b = views_in["_mean"], views_out["_mean"]
     if a.shape[-1] != b.shape[-1] or views_in["_members"] != views_out["_members"]:
         raise ValueError(
@@ -229,21 +245,25 @@ def detection_report(member_probs_in: Any, member_probs_out: Any) -> dict[str, d
     return _report(scores, flags)
 
 
-def misclassification_report(member_probs: Any, labels: Any) -> dict[str, dict[str, float]]:
+def misclassification_report(
+    member_probs: Any, labels: Any, *, binary: bool = False
+) -> dict[str, dict[str, float]]:
     """Misclassification detection quality of every :func:`ood_scores` score.
 
-    A sample is positive when the mean prediction's argmax differs from its label.
+    A sample is positive when the mean prediction's argmax differs from its label (first index
+    on ties, so a binary mean of exactly 0.5 predicts class 0).
 
     Args:
-        member_probs: member probabilities ``[M, N, K]``.
+        member_probs: member probabilities ``[M, N, K]`` (``[M, N]`` with ``binary=True``).
         labels: true labels ``[N]``.
+        binary: read a 2-D ``member_probs`` as binary positive-class members ``[M, N]``.
 
     Returns:
         ``{score: {"auroc": float, "aupr": float, "fpr95": float}}`` for each key of
         :data:`OOD_SCORES`.
     """
     fn = "misclassification_report"
-    views = member_uncertainty(member_probs, fn)
+    views = member_uncertainty(member_probs, fn, binary=binary)
     mean = views["_mean"]
     y = as_labels(labels, "labels", fn, n=mean.shape[0], num_classes=mean.shape[1])
     wrong = (mean.argmax(dim=-1) != y.to(mean.device)).to(torch.float64)

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from bensemble._validation import as_labels, as_probs, check_positive
+from bensemble._validation import as_labels, as_logits, as_probs, check_bool, check_positive
 
 __all__ = ["negative_log_likelihood", "brier_score", "accuracy"]
 
@@ -71,14 +71,19 @@ def negative_log_likelihood(
 
     A strictly proper scoring rule; lower is better. ``eps`` keeps a zero probability finite
     (``eps=0`` gives ``inf`` there); it also lets a certain, correct prediction score
-    ``-log(1 + eps)``, about ``-1e-8``, as in bensemble 0.2. With ``from_logits=True`` the same
-    formula is applied to the float64 softmax, so both input forms give the same number.
+    ``-log(1 + eps)``, about ``-1e-8``, as in bensemble 0.2.
+
+    With ``from_logits=True`` the loss is the exact cross-entropy of the logits,
+    ``-mean_i log_softmax(z_i)[y_i]`` in float64 (``torch.nn.functional.cross_entropy``): no
+    probability is formed, so no ``eps`` is needed or applied, and a logit gap of 1000 costs
+    1000 nats rather than the ``-log(eps) = 18.4`` cap of the probability form.
 
     Args:
         probs: ``[N, K]`` class probabilities (or logits with ``from_logits=True``).
         targets: ``[N]`` integer class labels in ``[0, K)``.
-        eps: non-negative constant added inside the log.
-        from_logits: apply the softmax over the last axis first.
+        eps: non-negative constant added inside the log of a probability (ignored with
+            ``from_logits=True``).
+        from_logits: ``probs`` holds logits; use the exact log-softmax.
 
     Returns:
         The mean NLL in nats.
@@ -89,6 +94,11 @@ def negative_log_likelihood(
     """
     fn = "negative_log_likelihood"
     eps = check_positive(eps, "eps", fn, allow_zero=True)
+    if check_bool(from_logits, "from_logits", fn):
+        z = as_logits(probs, "probs", fn, ndim=2, min_classes=2, warn_on_simplex=True)
+        y = as_labels(targets, "targets", fn, n=z.shape[0], num_classes=z.shape[1], device=z.device)
+        log_p_y = torch.log_softmax(z, dim=1).gather(1, y[:, None]).squeeze(1)
+        return float(-log_p_y.mean())
     p, y = _check_probs_targets(probs, targets, fn, from_logits)
     p_y = p.gather(1, y[:, None]).squeeze(1).to(_F64)
     return float(-(p_y + eps).log().mean())

@@ -185,32 +185,37 @@ def coverage_at_risk(confidence: Any, correct: Any, risk: float) -> float:
     return float(accepted[feasible].max()) / c.shape[0]
 
 
-def selective_confidence(member_probs: Any, method: str = "max_probability") -> torch.Tensor:
+def selective_confidence(
+    member_probs: Any, method: str = "max_probability", *, binary: bool = False
+) -> torch.Tensor:
     """A confidence score (larger = more confident) from member probabilities.
 
     Args:
-        member_probs: member probabilities ``[M, N, K]`` (``[N, K]`` is read as one member).
+        member_probs: member probabilities ``[M, N, K]`` (``[M, N]`` positive-class
+            probabilities with ``binary=True``; one model's ``[N, K]`` needs ``probs[None]``).
         method: ``"max_probability"`` (``max_k`` of the mean prediction), ``"negative_entropy"``
             (minus the entropy of the mean prediction), ``"negative_mutual_information"``
             (minus the epistemic part of the entropy), or ``"negative_variance"`` (minus the
             epistemic variance ``sum_k Var_m[p_mk]``, the EU of the epistemic-calibration
             paper). Entropies in nats.
+        binary: read a 2-D ``member_probs`` as binary positive-class members ``[M, N]``.
 
     Returns:
-        Confidence ``[N]`` (float64).
+        Confidence ``[N]``, computed in float64 and returned in the input's floating dtype
+        (float32 for float16 / bfloat16).
 
     Example:
         >>> selective_confidence(torch.tensor([[[0.8, 0.2]], [[0.6, 0.4]]]))
-        tensor([0.7000], dtype=torch.float64)
+        tensor([0.7000])
     """
     fn = "selective_confidence"
     method = check_option(method, "method", CONFIDENCES, fn)
-    views = member_uncertainty(member_probs, fn)
+    views = member_uncertainty(member_probs, fn, binary=binary)
     if method == "max_probability":
-        return views["_mean"].max(dim=-1).values
+        return views["_mean"].max(dim=-1).values.to(views["_dtype"])
     key = {
         "negative_entropy": "total",
         "negative_mutual_information": "epistemic",
         "negative_variance": "variance",
     }[method]
-    return -views[key]
+    return (-views[key]).to(views["_dtype"])

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from bensemble._validation import check_n_bins, check_option, check_positive_int
+from bensemble._validation import check_bool, check_n_bins, check_option, check_positive_int
 from bensemble.metrics.calibration import (
     NORMS,
     CalibrationBins,
@@ -62,7 +62,7 @@ class CalibrationErrorMeter:
         if num_classes is not None:
             num_classes = check_positive_int(num_classes, "num_classes", fn, minimum=2)
         self.num_classes = num_classes
-        self.from_logits = bool(from_logits)
+        self.from_logits = check_bool(from_logits, "from_logits", fn)
         self._bins: CalibrationBins | None = None
         self._seen_classes: int | None = num_classes
 
@@ -93,11 +93,22 @@ class CalibrationErrorMeter:
         return calibration_error_from_bins(self.bins, self.norm)
 
     def merge(self, other: CalibrationErrorMeter) -> CalibrationErrorMeter:
-        """Add another meter's state (e.g. from another process / shard); returns ``self``."""
+        """Add another meter's state (e.g. from another process / shard); returns ``self``.
+
+        ``other`` must be a different meter (merging a meter with itself would count every
+        sample twice; merge a ``copy.deepcopy`` if that is really meant) with the same
+        ``n_bins`` and ``norm`` that has seen (or declares) the same number of classes.
+        ``from_logits`` may differ: the state holds probabilities either way.
+        """
         fn = "CalibrationErrorMeter.merge"
         if not isinstance(other, CalibrationErrorMeter):
             raise ValueError(
                 f"{fn}: `other` must be a CalibrationErrorMeter (got {type(other).__name__})"
+            )
+        if other is self:
+            raise ValueError(
+                f"{fn}: `other` must be another meter (got the meter itself, whose samples "
+                "would be counted twice)"
             )
         if (other.n_bins, other.norm) != (self.n_bins, self.norm):
             raise ValueError(
@@ -132,9 +143,15 @@ class CalibrationErrorMeter:
     # a meter is a small value object: keep its state on the device of its first batch
     def to(self, device: torch.device | str) -> CalibrationErrorMeter:
         """Move the accumulated state to ``device``; returns ``self``."""
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError) as exc:
+            raise ValueError(
+                f"CalibrationErrorMeter.to: `device` must be a torch device (got {device!r}: {exc})"
+            ) from None
         if self._bins is not None:
             b = self._bins
-            self._bins = CalibrationBins(
+            self._bins = CalibrationBins._unchecked(
                 b.edges.to(device),
                 b.counts.to(device),
                 b.sum_confidence.to(device),

@@ -8,13 +8,24 @@ epistemically calibrated model puts every bin on the diagonal.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import torch
 
-from bensemble._validation import as_float_tensor, as_labels, check_option
+from bensemble._validation import (
+    as_float_tensor,
+    as_labels,
+    as_member_stack,
+    check_bool,
+    check_option,
+    check_positive,
+    check_positive_int,
+    to_tensor,
+)
 from bensemble.metrics.epistemic import EECEDetails, expected_epistemic_calibration_error
 
 __all__ = [
@@ -24,6 +35,10 @@ __all__ = [
 ]
 
 SCALES = ("linear", "log")
+
+# Whether the EECE takes the explicit ``binary=`` switch of the shape rule (it does once
+# bensemble.metrics.epistemic applies as_member_stack; before that it reads 2-D as binary).
+_EECE_TAKES_BINARY = "binary" in inspect.signature(expected_epistemic_calibration_error).parameters
 
 
 class EpistemicReliabilityDisplay:
@@ -50,7 +65,7 @@ class EpistemicReliabilityDisplay:
         >>> matplotlib.use("Agg")
         >>> p = torch.tensor([[0.2, 0.2, 0.9, 0.9], [0.4, 0.4, 0.7, 0.7]])
         >>> d = EpistemicReliabilityDisplay.from_member_probs(p, torch.tensor([0, 1, 1, 1]),
-        ...                                                   n_bins=2, seed=0)
+        ...                                                   n_bins=2, seed=0, binary=True)
         >>> d.counts.tolist()
         [2.0, 2.0]
         >>> d.plot().ax_.get_xlabel()
@@ -66,6 +81,19 @@ class EpistemicReliabilityDisplay:
         value: float | None = None,
         name: str | None = None,
     ) -> None:
+        fn = "EpistemicReliabilityDisplay"
+        shape = None
+        for arg, array in (("trust", trust), ("squared_error", squared_error), ("counts", counts)):
+            # NaN marks an empty bin in trust / squared_error, so only the shape is checked
+            t = as_float_tensor(array, arg, fn, ndim=1, dtype=None, finite=False)
+            if shape is not None and t.shape != shape:
+                raise ValueError(
+                    f"{fn}: `{arg}` must have the shape of `trust` {tuple(shape)} "
+                    f"(got {tuple(t.shape)})"
+                )
+            shape = t.shape
+        if value is not None:
+            value = check_positive(value, "value", fn, allow_zero=True)
         self.trust = trust
         self.squared_error = squared_error
         self.counts = counts
@@ -98,7 +126,11 @@ class EpistemicReliabilityDisplay:
         if details.counts.ndim == 2:
             n_classes = details.counts.shape[0]
             if class_index is not None:
-                if isinstance(class_index, bool) or not 0 <= int(class_index) < n_classes:
+                if (
+                    isinstance(class_index, bool)
+                    or not isinstance(class_index, (int, np.integer))
+                    or not 0 <= int(class_index) < n_classes
+                ):
                     raise ValueError(
                         f"{fn}: `class_index` must be in [0, {n_classes - 1}] (got {class_index!r})"
                     )
@@ -120,12 +152,20 @@ class EpistemicReliabilityDisplay:
         *,
         class_index: int | None = None,
         name: str | None = None,
+        binary: bool = False,
         **eece_kwargs: Any,
     ) -> EpistemicReliabilityDisplay:
-        """Compute the EECE details of ``member_probs [H, N]`` (or ``[H, N, K]``) and wrap them;
-        ``eece_kwargs`` go to :func:`~bensemble.metrics.expected_epistemic_calibration_error`."""
+        """Compute the EECE details of ``member_probs [H, N, K]`` (binary positive-class
+        members ``[H, N]`` with ``binary=True``; a 2-D array is an error without it) and wrap
+        them; ``eece_kwargs`` go to
+        :func:`~bensemble.metrics.expected_epistemic_calibration_error`."""
+        fn = "EpistemicReliabilityDisplay.from_member_probs"
+        t = to_tensor(member_probs, "member_probs", fn)
+        as_member_stack(t, "member_probs", fn, binary=binary, dtype=None)
+        if binary and _EECE_TAKES_BINARY:
+            eece_kwargs["binary"] = True
         details = expected_epistemic_calibration_error(
-            member_probs, labels, n_bins, return_details=True, **eece_kwargs
+            t, labels, n_bins, return_details=True, **eece_kwargs
         )
         return cls.from_details(details, class_index=class_index, name=name)
 
@@ -153,6 +193,7 @@ class EpistemicReliabilityDisplay:
         import matplotlib.pyplot as plt
 
         check_option(scale, "scale", SCALES, "EpistemicReliabilityDisplay.plot")
+        check_positive(max_marker_size, "max_marker_size", "EpistemicReliabilityDisplay.plot")
         if ax is None:
             fig, ax = plt.subplots(figsize=(5, 5))
         else:
@@ -198,19 +239,21 @@ def plot_epistemic_reliability_diagram(
     *,
     class_index: int | None = None,
     scale: str = "linear",
+    binary: bool = False,
     **eece_kwargs: Any,
 ) -> Any:
     """Epistemic reliability diagram of member predictions as a Figure.
 
     A thin shell over :meth:`EpistemicReliabilityDisplay.from_member_probs` and
     :meth:`EpistemicReliabilityDisplay.plot`; ``eece_kwargs`` (``seed``, ``eu``, ``bins``, ...)
-    go to :func:`~bensemble.metrics.expected_epistemic_calibration_error`.
+    go to :func:`~bensemble.metrics.expected_epistemic_calibration_error`. ``member_probs`` is
+    ``[H, N, K]``, or binary positive-class members ``[H, N]`` with ``binary=True``.
 
     Returns:
         The matplotlib Figure.
     """
     display = EpistemicReliabilityDisplay.from_member_probs(
-        member_probs, labels, n_bins, class_index=class_index, **eece_kwargs
+        member_probs, labels, n_bins, class_index=class_index, binary=binary, **eece_kwargs
     )
     return display.plot(scale=scale).figure_
 
@@ -269,6 +312,8 @@ def plot_toy_maps(
     import matplotlib.pyplot as plt
 
     fn = "plot_toy_maps"
+    shared_scale = check_bool(shared_scale, "shared_scale", fn)
+    panel_size = check_positive(panel_size, "panel_size", fn)
     gx = as_float_tensor(grid_x, "grid_x", fn, ndim=2)
     n, x1, x2 = _grid_axes(gx, fn)
     if not isinstance(panels, Mapping) or len(panels) == 0:
@@ -291,7 +336,9 @@ def plot_toy_maps(
             labels = as_labels(point_labels, "point_labels", fn, n=pts.shape[0]).cpu().numpy()
         pts = pts.cpu().numpy()
     count = len(images)
-    ncols = count if ncols is None else max(1, min(int(ncols), count))
+    if ncols is not None:
+        ncols = check_positive_int(ncols, "ncols", fn)
+    ncols = count if ncols is None else min(ncols, count)
     nrows = -(-count // ncols)
     fig, axes = plt.subplots(
         nrows, ncols, figsize=(panel_size * ncols, panel_size * nrows * 0.85), squeeze=False

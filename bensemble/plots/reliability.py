@@ -16,6 +16,7 @@ from bensemble._validation import (
     as_float_tensor,
     as_labels,
     as_probs,
+    check_bool,
     check_probability,
 )
 from bensemble.metrics.calibration import (
@@ -120,6 +121,17 @@ class ReliabilityDisplay:
         confidence_level: float = 0.95,
         name: str | None = None,
     ) -> None:
+        fn = "ReliabilityDisplay"
+        if not isinstance(bins, CalibrationBins):
+            raise ValueError(f"{fn}: `bins` must be a CalibrationBins (got {type(bins).__name__})")
+        for arg, value in (("lower", lower), ("upper", upper)):
+            t = as_float_tensor(value, arg, fn, ndim=1, dtype=None, finite=False)
+            if t.shape[0] != bins.n_bins:
+                raise ValueError(
+                    f"{fn}: `{arg}` must have one value per bin ({bins.n_bins}) "
+                    f"(got shape {tuple(t.shape)})"
+                )
+        check_probability(confidence_level, "confidence_level", fn)
         self.bins = bins
         self.lower = lower
         self.upper = upper
@@ -189,6 +201,7 @@ class ReliabilityDisplay:
         """
         import matplotlib.pyplot as plt
 
+        show_counts = check_bool(show_counts, "show_counts", "ReliabilityDisplay.plot")
         stacked = ax is None and show_counts  # our own figure: counts in a panel below
         if ax is None:
             fig, axes = plt.subplots(

@@ -6,7 +6,13 @@ from typing import Any
 
 import torch
 
-from bensemble._validation import as_labels
+from bensemble._validation import (
+    as_float_tensor,
+    as_labels,
+    as_member_stack,
+    check_positive,
+    to_tensor,
+)
 from bensemble.metrics.selective import aurc, risk_coverage_curve, selective_confidence
 
 __all__ = ["RiskCoverageDisplay", "plot_risk_coverage"]
@@ -47,6 +53,17 @@ class RiskCoverageDisplay:
         aurc: float | None = None,
         name: str | None = None,
     ) -> None:
+        fn = "RiskCoverageDisplay"
+        c = as_float_tensor(coverage, "coverage", fn, ndim=1, dtype=None)
+        for arg, value in (("risk", risk), ("thresholds", thresholds)):
+            t = as_float_tensor(value, arg, fn, ndim=1, dtype=None)
+            if t.shape != c.shape:
+                raise ValueError(
+                    f"{fn}: `{arg}` must have the shape of `coverage` {tuple(c.shape)} "
+                    f"(got {tuple(t.shape)})"
+                )
+        if aurc is not None:
+            aurc = check_positive(aurc, "aurc", fn, allow_zero=True)
         self.coverage = coverage
         self.risk = risk
         self.thresholds = thresholds
@@ -69,16 +86,25 @@ class RiskCoverageDisplay:
         *,
         confidence: str = "max_probability",
         name: str | None = None,
+        binary: bool = False,
     ) -> RiskCoverageDisplay:
         """Curve of the mean prediction of ``member_probs [M, N, K]`` against ``labels [N]``.
 
         ``confidence`` is a method of :func:`bensemble.metrics.selective_confidence`; correctness
-        is the argmax of the mean prediction.
+        is the argmax of the mean prediction. ``binary=True`` reads a 2-D ``member_probs`` as
+        binary positive-class members ``[M, N]`` (a 2-D array is an error without it).
         """
-        conf = selective_confidence(member_probs, confidence)
-        p = torch.as_tensor(member_probs)
-        mean = p.to(torch.float64).mean(dim=0) if p.ndim == 3 else p
-        y = as_labels(labels, "labels", "RiskCoverageDisplay.from_ensemble", n=mean.shape[0])
+        fn = "RiskCoverageDisplay.from_ensemble"
+        # validated in the input's dtype, so float16 data keeps its own row-sum tolerance
+        p = as_member_stack(
+            to_tensor(member_probs, "member_probs", fn), fn=fn, binary=binary, dtype=None
+        )
+        conf = selective_confidence(p, confidence, binary=binary)
+        p = p.to(torch.float64)
+        if binary:
+            p = torch.stack([1.0 - p, p], dim=-1)
+        mean = p.mean(dim=0)
+        y = as_labels(labels, "labels", fn, n=mean.shape[0], num_classes=mean.shape[1])
         correct = (mean.argmax(dim=-1) == y.to(mean.device)).to(torch.float64)
         return cls.from_predictions(conf, correct, name=name or confidence)
 

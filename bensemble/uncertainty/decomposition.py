@@ -14,6 +14,11 @@ Two views of the same stack of member probabilities ``p_m(y | x)``, ``m = 1..M``
 For regression members with a predicted mean and variance, the law of total variance gives
 ``Var[y] = mean_m sigma_m^2 + Var_m[mu_m]``.
 
+Member predictions are ``[M, N, K]``; the binary positive-class form ``[M, N]`` is read only with
+``binary=True`` (a 2-D array is never guessed; see
+:func:`bensemble._validation.as_member_stack`). The maths runs in float64 and the per-sample
+results come back in the input's floating dtype (float16 / bfloat16 inputs give float32).
+
 These are properties of the member distribution; calling them aleatoric / epistemic assumes
 the members stand for a posterior over models.
 """
@@ -25,10 +30,12 @@ from typing import Any
 import torch
 
 from bensemble._validation import (
-    as_binary_member_probs,
     as_float_tensor,
-    as_member_probs,
+    as_member_stack,
+    as_probs,
     check_positive,
+    output_dtype,
+    to_tensor,
 )
 
 __all__ = [
@@ -39,22 +46,44 @@ __all__ = [
 ]
 
 
-def entropy(probs: torch.Tensor) -> torch.Tensor:
-    """Shannon entropy in nats along the last axis, with ``0 log 0 = 0``."""
-    return -torch.special.xlogy(probs, probs).sum(dim=-1)
+def _entropy(p: torch.Tensor) -> torch.Tensor:
+    """Entropy (nats) of validated probabilities along the last axis, ``0 log 0 = 0``."""
+    return torch.special.entr(p).sum(dim=-1) + 0.0  # + 0.0 turns -0.0 into 0.0
 
 
-def _member_probs(probs: Any, fn: str, from_logits: bool) -> torch.Tensor:
-    """``[M, N, K]`` float64 probabilities; ``[M, N]`` is read as P(y=1) of a binary task."""
-    if getattr(probs, "ndim", None) == 2:
-        p1 = as_float_tensor(probs, "probs", fn, ndim=2)
-        p1 = torch.sigmoid(p1) if from_logits else as_binary_member_probs(p1, "probs", fn)
-        return torch.stack([1.0 - p1, p1], dim=-1)
-    return as_member_probs(probs, "probs", fn, from_logits=from_logits)
+def entropy(probs: Any) -> torch.Tensor:
+    """Shannon entropy in nats along the last axis, with ``0 log 0 = 0``.
+
+    Args:
+        probs: probabilities ``[..., K]`` (any rank >= 1): finite, in ``[0, 1]``, summing to 1
+            along the last axis (within ``1e-4``; ``1e-2`` for float16 / bfloat16).
+
+    Returns:
+        ``[...]`` entropies, computed in float64 and returned in the input's floating dtype
+        (float32 for float16 / bfloat16 input).
+
+    Example:
+        >>> entropy(torch.tensor([[0.5, 0.5], [1.0, 0.0]]))
+        tensor([0.6931, 0.0000])
+    """
+    fn = "entropy"
+    t = to_tensor(probs, "probs", fn)
+    if t.ndim < 1:
+        raise ValueError(
+            f"{fn}: `probs` must be at least 1-D [..., K] (got shape {tuple(t.shape)})"
+        )
+    p = as_probs(t, "probs", fn, ndim=t.ndim, min_classes=1)
+    return _entropy(p).to(output_dtype(t))
+
+
+def _members(probs: Any, fn: str, binary: bool, from_logits: bool) -> tuple[torch.Tensor, Any]:
+    """Validated float64 ``[M, N, K]`` (``[M, N]`` with ``binary=True``) and the output dtype."""
+    t = to_tensor(probs, "probs", fn)
+    return as_member_stack(t, "probs", fn, binary=binary, from_logits=from_logits), output_dtype(t)
 
 
 def decompose_classification_uncertainty(
-    probs: Any, eps: float = 1e-8, *, from_logits: bool = False
+    probs: Any, eps: float = 1e-8, *, from_logits: bool = False, binary: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Total, aleatoric and epistemic uncertainty (nats) of member predictions.
 
@@ -64,14 +93,17 @@ def decompose_classification_uncertainty(
     epsilon biases the result.
 
     Args:
-        probs: member probabilities ``[M, N, K]`` (or ``[M, N]`` positive-class probabilities of
-            a binary task); logits with ``from_logits=True``.
+        probs: member probabilities ``[M, N, K]`` (``[M, N]`` positive-class probabilities of a
+            binary task with ``binary=True``); logits with ``from_logits=True``.
         eps: kept for bensemble 0.2 signature compatibility and ignored (the exact
             ``0 log 0 = 0`` convention needs no epsilon); must be ``>= 0``.
-        from_logits: apply the softmax (sigmoid for ``[M, N]``) to ``probs`` first.
+        from_logits: apply the softmax (sigmoid with ``binary=True``) to ``probs`` first.
+        binary: read a 2-D ``probs`` as ``[M, N]`` positive-class members. Without it a 2-D
+            array is an error (one model's ``[N, K]`` probabilities are not member predictions).
 
     Returns:
-        ``(total, aleatoric, epistemic)``, each a float64 tensor ``[N]``.
+        ``(total, aleatoric, epistemic)``, each ``[N]`` in the input's floating dtype (float32
+        for float16 / bfloat16), computed in float64.
 
     Example:
         >>> p = torch.tensor([[[.99, .01]], [[.02, .98]], [[.97, .03]]])
@@ -80,11 +112,13 @@ def decompose_classification_uncertainty(
     """
     fn = "decompose_classification_uncertainty"
     check_positive(eps, "eps", fn, allow_zero=True)
-    p = _member_probs(probs, fn, from_logits)
-    total = entropy(p.mean(dim=0))
-    aleatoric = entropy(p).mean(dim=0)
+    p, out = _members(probs, fn, binary, from_logits)
+    if binary:
+        p = torch.stack([1.0 - p, p], dim=-1)
+    total = _entropy(p.mean(dim=0))
+    aleatoric = _entropy(p).mean(dim=0)
     epistemic = (total - aleatoric).clamp_min(0.0)
-    return total, aleatoric, epistemic
+    return total.to(out), aleatoric.to(out), epistemic.to(out)
 
 
 def decompose_regression_uncertainty(
@@ -100,9 +134,11 @@ def decompose_regression_uncertainty(
         variances: member variances (``>= 0``), same shape as ``means``.
 
     Returns:
-        ``(total, aleatoric, epistemic)``, float64 tensors ``[N]`` or ``[N, D]``.
+        ``(total, aleatoric, epistemic)``, ``[N]`` or ``[N, D]``, computed in float64 and
+        returned in the floating dtype of ``means`` (float32 for float16 / bfloat16).
     """
     fn = "decompose_regression_uncertainty"
+    out = output_dtype(to_tensor(means, "means", fn))
     mu = as_float_tensor(means, "means", fn, ndim=(2, 3))
     var = as_float_tensor(variances, "variances", fn, ndim=(2, 3))
     if mu.shape != var.shape:
@@ -114,11 +150,11 @@ def decompose_regression_uncertainty(
         raise ValueError(f"{fn}: `variances` must be >= 0 (got minimum {float(var.min()):.4g})")
     aleatoric = var.mean(dim=0)
     epistemic = mu.var(dim=0, unbiased=False)
-    return aleatoric + epistemic, aleatoric, epistemic
+    return (aleatoric + epistemic).to(out), aleatoric.to(out), epistemic.to(out)
 
 
 def variance_decomposition(
-    probs: Any, *, from_logits: bool = False
+    probs: Any, *, from_logits: bool = False, binary: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The mean prediction and the epistemic variance ``EU = Var_m[p_m]`` over members.
 
@@ -128,16 +164,15 @@ def variance_decomposition(
 
     Args:
         probs: member probabilities ``[M, N, K]``, or ``[M, N]`` positive-class probabilities
-            of a binary task; logits with ``from_logits=True``.
-        from_logits: apply the softmax (``[M, N, K]``) or sigmoid (``[M, N]``) first.
+            of a binary task with ``binary=True``; logits with ``from_logits=True``.
+        from_logits: apply the softmax (``[M, N, K]``) or sigmoid (``binary=True``) first.
+        binary: read a 2-D ``probs`` as ``[M, N]`` positive-class members (a 2-D array is
+            an error without it).
 
     Returns:
-        ``(mean, eu)``: float64 tensors ``[N, K]`` (or ``[N]`` for ``[M, N]`` input).
+        ``(mean, eu)``: ``[N, K]`` (or ``[N]`` with ``binary=True``), computed in float64 and
+        returned in the input's floating dtype (float32 for float16 / bfloat16).
     """
     fn = "variance_decomposition"
-    if getattr(probs, "ndim", None) == 2:
-        p = as_float_tensor(probs, "probs", fn, ndim=2)
-        p = torch.sigmoid(p) if from_logits else as_binary_member_probs(p, "probs", fn)
-    else:
-        p = as_member_probs(probs, "probs", fn, from_logits=from_logits)
-    return p.mean(dim=0), p.var(dim=0, unbiased=False)
+    p, out = _members(probs, fn, binary, from_logits)
+    return p.mean(dim=0).to(out), p.var(dim=0, unbiased=False).to(out)

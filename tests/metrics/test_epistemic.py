@@ -155,7 +155,7 @@ def test_custom_eu_replaces_the_member_variance():
 def test_default_eu_is_the_variance_decomposition():
     decomposition = pytest.importorskip("bensemble.uncertainty.decomposition")
     p, y = _random_members(6, 400, seed=6)
-    _, eu = decomposition.variance_decomposition(p)
+    _, eu = decomposition.variance_decomposition(p, binary=True)
     ids = torch.randint(0, 11, (400,), generator=torch.Generator().manual_seed(7))
     d = eece(p, y, bins=ids, return_details=True)
     trust = torch.bincount(ids, weights=eu, minlength=11) / torch.bincount(ids, minlength=11)

@@ -138,9 +138,15 @@ def test_from_logits_equals_float64_softmax():
     z = 4 * torch.randn(300, 6, generator=g)
     y = torch.randint(0, 6, (300,), generator=g)
     p = torch.softmax(z.double(), 1)
-    for fn in (negative_log_likelihood, brier_score, accuracy):
+    for fn in (brier_score, accuracy):
         assert fn(z, y, from_logits=True) == fn(p, y)
         assert fn(z.numpy(), y.numpy(), from_logits=True) == fn(p, y)
+    # the NLL of logits is the exact log-softmax cross-entropy (no eps inside the log)
+    exact = float(torch.nn.functional.cross_entropy(z.double(), y))
+    assert negative_log_likelihood(z, y, from_logits=True) == pytest.approx(exact, rel=1e-13)
+    assert negative_log_likelihood(z, y, from_logits=True) == pytest.approx(
+        negative_log_likelihood(p, y, eps=0.0), rel=1e-12
+    )
 
 
 @given(

@@ -89,11 +89,12 @@ def test_member_permutation_invariance(raw: np.ndarray, rnd) -> None:
 
 
 def test_exact_zeros_and_agreeing_one_hot_members() -> None:
-    probs = torch.tensor([[[1.0, 0.0, 0.0], [0.0, 0.5, 0.5]]] * 4)  # [4, 2, 3]
+    probs = torch.tensor([[[1.0, 0.0, 0.0], [0.0, 0.5, 0.5]]] * 4)  # [4, 2, 3] float32
     total, aleatoric, epistemic = decompose_classification_uncertainty(probs)
-    torch.testing.assert_close(total, torch.tensor([0.0, np.log(2)], dtype=torch.float64))
+    # computed in float64, returned in the input's dtype
+    torch.testing.assert_close(total, torch.tensor([0.0, np.log(2)], dtype=torch.float32))
     torch.testing.assert_close(aleatoric, total)
-    assert torch.equal(epistemic, torch.zeros(2, dtype=torch.float64))
+    assert torch.equal(epistemic, torch.zeros(2, dtype=torch.float32))
     torch.testing.assert_close(entropy(torch.tensor([0.0, 1.0])), torch.tensor(0.0))
 
 
@@ -107,12 +108,13 @@ def test_from_logits_and_binary_input() -> None:
     p1 = torch.rand(5, 7, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     stacked = torch.stack([1 - p1, p1], dim=-1)
     for a, b in zip(
-        decompose_classification_uncertainty(p1), decompose_classification_uncertainty(stacked)
+        decompose_classification_uncertainty(p1, binary=True),
+        decompose_classification_uncertainty(stacked),
     ):
         torch.testing.assert_close(a, b)
     for a, b in zip(
-        decompose_classification_uncertainty(torch.logit(p1), from_logits=True),
-        decompose_classification_uncertainty(p1),
+        decompose_classification_uncertainty(torch.logit(p1), from_logits=True, binary=True),
+        decompose_classification_uncertainty(p1, binary=True),
     ):
         torch.testing.assert_close(a, b)
 
@@ -153,10 +155,10 @@ def test_variance_decomposition() -> None:
     torch.testing.assert_close(mean_l, mean)
     torch.testing.assert_close(eu_l, eu)
     p1 = p[..., 1] / (p[..., 0] + p[..., 1])
-    mean_b, eu_b = variance_decomposition(p1)
+    mean_b, eu_b = variance_decomposition(p1, binary=True)
     assert mean_b.shape == (12,)
     np.testing.assert_allclose(eu_b.numpy(), p1.var(0), rtol=1e-12)
-    mean_bl, eu_bl = variance_decomposition(np.log(p1 / (1 - p1)), from_logits=True)
+    mean_bl, eu_bl = variance_decomposition(np.log(p1 / (1 - p1)), from_logits=True, binary=True)
     torch.testing.assert_close(mean_bl, mean_b)
     torch.testing.assert_close(eu_bl, eu_b)
 
@@ -172,8 +174,13 @@ def test_variance_decomposition() -> None:
         ),
         pytest.param(
             lambda: decompose_classification_uncertainty(np.full((2, 3, 2), 0.5)[0, 0]),
-            "`probs` must be 3-D",
+            r"`probs` must be member predictions \[M, N, K\]",
             id="rank",
+        ),
+        pytest.param(
+            lambda: decompose_classification_uncertainty(np.full((3, 2), 0.5)),
+            r"`probs` must be member predictions.*probs\[None\].*binary=True",
+            id="2-D-without-binary",
         ),
         pytest.param(
             lambda: decompose_classification_uncertainty(np.full((2, 3, 2), np.nan)),
@@ -181,7 +188,7 @@ def test_variance_decomposition() -> None:
             id="nan",
         ),
         pytest.param(
-            lambda: decompose_classification_uncertainty(np.full((2, 3), 1.5)),
+            lambda: decompose_classification_uncertainty(np.full((2, 3), 1.5), binary=True),
             r"`probs` must hold probabilities in \[0, 1\]",
             id="binary-range",
         ),
