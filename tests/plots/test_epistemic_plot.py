@@ -45,7 +45,9 @@ def _members(h=6, n=1500, seed=0, k=None):
 
 def test_display_holds_exactly_the_details():
     p, y = _members()
-    details = expected_epistemic_calibration_error(p, y, 20, seed=1, return_details=True)
+    details = expected_epistemic_calibration_error(
+        p, y, 20, seed=1, return_details=True, binary=True
+    )
     display = EpistemicReliabilityDisplay.from_details(details, name="ens")
     assert display.trust is details.trust
     assert display.squared_error is details.squared_error
@@ -55,8 +57,10 @@ def test_display_holds_exactly_the_details():
 
 def test_from_member_probs_equals_from_details():
     p, y = _members(seed=1)
-    a = EpistemicReliabilityDisplay.from_member_probs(p, y, 15, seed=3)
-    details = expected_epistemic_calibration_error(p, y, 15, seed=3, return_details=True)
+    a = EpistemicReliabilityDisplay.from_member_probs(p, y, 15, seed=3, binary=True)
+    details = expected_epistemic_calibration_error(
+        p, y, 15, seed=3, return_details=True, binary=True
+    )
     for field in ("trust", "squared_error", "counts"):
         torch.testing.assert_close(getattr(a, field), getattr(details, field), equal_nan=True)
     assert a.value == details.value
@@ -79,7 +83,7 @@ def test_classwise_details_pool_or_select_a_class():
     with pytest.raises(ValueError, match="`class_index`"):
         EpistemicReliabilityDisplay.from_details(details, class_index=3)
     binary = expected_epistemic_calibration_error(
-        p[:, :, 0], (y == 0).long(), 10, seed=0, return_details=True
+        p[:, :, 0], (y == 0).long(), 10, seed=0, return_details=True, binary=True
     )
     with pytest.raises(ValueError, match="`class_index`"):
         EpistemicReliabilityDisplay.from_details(binary, class_index=0)
@@ -89,7 +93,9 @@ def test_classwise_details_pool_or_select_a_class():
 
 def test_plot_draws_bins_on_the_diagonal_diagram(tmp_path):
     p, y = _members(seed=3)
-    display = EpistemicReliabilityDisplay.from_member_probs(p, y, 25, seed=0, name="ens")
+    display = EpistemicReliabilityDisplay.from_member_probs(
+        p, y, 25, seed=0, name="ens", binary=True
+    )
     assert display.plot(max_marker_size=200.0) is display
     fig, ax = display.figure_, display.ax_
     assert isinstance(fig, Figure) and ax in fig.axes
@@ -114,7 +120,7 @@ def test_plot_draws_bins_on_the_diagonal_diagram(tmp_path):
 def test_log_scale_and_given_axes():
     p, y = _members(h=1, seed=4)  # one member: EU = 0 everywhere
     fig, ax = plt.subplots()
-    display = EpistemicReliabilityDisplay.from_member_probs(p, y, 10, seed=0)
+    display = EpistemicReliabilityDisplay.from_member_probs(p, y, 10, seed=0, binary=True)
     display.plot(ax=ax, scale="log")
     assert display.ax_ is ax and ax.get_xscale() == "log"
     assert len(display.scatter_.get_offsets()) == 0  # every bin has trust 0: nothing to show
@@ -124,7 +130,7 @@ def test_log_scale_and_given_axes():
 
 def test_plot_function_returns_a_figure(tmp_path):
     p, y = _members(seed=5)
-    fig = plot_epistemic_reliability_diagram(p, y, 12, seed=0)
+    fig = plot_epistemic_reliability_diagram(p, y, 12, seed=0, binary=True)
     assert isinstance(fig, Figure) and len(fig.axes) == 1
     fig.savefig(tmp_path / "e.png")
 
