@@ -1,4 +1,4 @@
-"""Input checks and canonical forms of :mod:`bensemble.metrics.epistemic`.
+"""Input checks, canonical forms and K-means partitions of :mod:`bensemble.metrics.epistemic`.
 
 * The shape mechanism: member predictions are ``[M, N, K]``; the binary positive-class form
   ``[M, N]`` is read only with ``binary=True`` (never guessed from the rank).
@@ -25,7 +25,7 @@ from bensemble._validation import (
     as_member_probs,
     to_tensor,
 )
-from bensemble.metrics._kmeans import _check_centroids
+from bensemble.metrics._kmeans import _assign, _check_centroids, _fit
 
 #: ``n_bins="auto"``: about ``sqrt(N)`` bins, at least this many points per bin on average ...
 AUTO_MIN_OCCUPANCY = 10
@@ -92,6 +92,11 @@ def check_member_probs(member_probs: Any, fn: str, binary: Any) -> torch.Tensor:
     """``[M, N, K]`` float64 class probabilities, or (``binary=True``) ``[M, N]`` P(y = 1)."""
     binary = check_flag(binary, "binary", fn)
     t = to_tensor(member_probs, "member_probs", fn)
+    if t.layout != torch.strided or t.device.type == "meta":
+        raise ValueError(
+            f"{fn}: `member_probs` must be a dense tensor with data (got layout {t.layout} on "
+            f"device {t.device.type}); convert with .to_dense() / load real values"
+        )
     if binary:
         if t.ndim != 2:
             raise ValueError(
@@ -178,3 +183,47 @@ def canonical_member_order(p: torch.Tensor) -> torch.Tensor | None:
     if np.array_equal(order, np.arange(h)):
         return None
     return torch.from_numpy(order).to(p.device)
+
+
+# ----------------------------------------------------------------------------- binning
+
+
+def partition(
+    vectors: torch.Tensor,
+    *,
+    binning: str,
+    n_bins: int,
+    centroids: torch.Tensor | None,
+    backend: str,
+    seed: int | None,
+    fit_options: dict[str, Any],
+) -> tuple[torch.Tensor, int, dict[str, Any]]:
+    """Bin ids ``[N]``, the number of bins, and what the fit reports."""
+    if binning == "kmeans_fit":
+        ids, _ = _assign(vectors, centroids)
+        return ids, centroids.shape[0], {}
+    fit = _fit(vectors, n_bins, backend=backend, seed=seed, **fit_options)
+    ids, _ = _assign(vectors, fit.centroids)
+    info = {
+        "backend": fit.backend,
+        "n_bins_fitted": fit.centroids.shape[0],
+        "n_iter": fit.n_iter,
+        "converged": fit.converged,
+        "n_fit_rows": fit.n_fit_rows,
+        **fit.settings,
+    }
+    return ids, fit.centroids.shape[0], info
+
+
+def merge_infos(infos: list[dict[str, Any]]) -> tuple[str | None, dict[str, Any]]:
+    """One settings dict: shared values once, per-class values as tuples."""
+    if not infos or not infos[0]:
+        return None, {}
+    backend = infos[0]["backend"]
+    merged: dict[str, Any] = {}
+    for key in infos[0]:
+        if key == "backend":
+            continue
+        values = tuple(info[key] for info in infos)
+        merged[key] = values[0] if len(infos) == 1 or len(set(values)) == 1 else values
+    return backend, merged

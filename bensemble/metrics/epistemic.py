@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from bensemble._validation import as_confidences, as_labels, check_option
+from bensemble._validation import as_labels, check_option
 from bensemble.metrics._binning import bin_sums
 from bensemble.metrics._epistemic_checks import (
     WARN_OCCUPANCY,
@@ -44,20 +44,22 @@ from bensemble.metrics._epistemic_checks import (
     check_flag,
     check_member_probs,
     check_n_seeds,
-    positive_class,
+    merge_infos,
+    partition,
     resolve_n_bins,
+)
+from bensemble.metrics._epistemic_targets import (
+    binary_calibration_error,
+    true_epistemic_calibration_error,
 )
 from bensemble.metrics._kmeans import (
     DEFAULT_REFINE,
     DEFAULT_SUBSAMPLE,
     MIN_MINIBATCH,
-    _assign,
     _check_centroids,
     _check_fit_options,
-    _fit,
     resolve_seed,
 )
-from bensemble.metrics.calibration import calibration_error
 
 __all__ = [
     "EECEDetails",
@@ -69,7 +71,6 @@ __all__ = [
 
 BINNINGS = ("kmeans", "kmeans_fit")
 MULTICLASS = ("classwise", "top_label")
-CONDITION_ON = ("x", "psi")
 _F64 = torch.float64
 
 
@@ -198,50 +199,6 @@ def _eece_compute(
     out = {k: v if k == "counts" else torch.where(filled, v, nan) for k, v in out.items()}
     out["weighted"] = torch.where(filled, counts * terms.abs(), torch.zeros_like(counts))
     return out
-
-
-# ----------------------------------------------------------------------------- binning
-
-
-def _partition(
-    vectors: torch.Tensor,
-    *,
-    binning: str,
-    n_bins: int,
-    centroids: torch.Tensor | None,
-    backend: str,
-    seed: int | None,
-    fit_options: dict[str, Any],
-) -> tuple[torch.Tensor, int, dict[str, Any]]:
-    """Bin ids ``[N]``, the number of bins, and what the fit reports."""
-    if binning == "kmeans_fit":
-        ids, _ = _assign(vectors, centroids)
-        return ids, centroids.shape[0], {}
-    fit = _fit(vectors, n_bins, backend=backend, seed=seed, **fit_options)
-    ids, _ = _assign(vectors, fit.centroids)
-    info = {
-        "backend": fit.backend,
-        "n_bins_fitted": fit.centroids.shape[0],
-        "n_iter": fit.n_iter,
-        "converged": fit.converged,
-        "n_fit_rows": fit.n_fit_rows,
-        **fit.settings,
-    }
-    return ids, fit.centroids.shape[0], info
-
-
-def _merge_infos(infos: list[dict[str, Any]]) -> tuple[str | None, dict[str, Any]]:
-    """One settings dict: shared values once, per-class values as tuples."""
-    if not infos or not infos[0]:
-        return None, {}
-    backend = infos[0]["backend"]
-    merged: dict[str, Any] = {}
-    for key in infos[0]:
-        if key == "backend":
-            continue
-        values = tuple(info[key] for info in infos)
-        merged[key] = values[0] if len(infos) == 1 or len(set(values)) == 1 else values
-    return backend, merged
 
 
 # ----------------------------------------------------------------------------- public API
@@ -412,7 +369,7 @@ def expected_epistemic_calibration_error(
             return [dense_ids] * groups, int(bin_ids.numel()), "bins", None, {}
         class_ids, class_slots, infos = [], [], []
         for k in range(groups):
-            ids_k, m_k, info = _partition(
+            ids_k, m_k, info = partition(
                 cols[:, k * n : (k + 1) * n].T,
                 binning=binning,
                 n_bins=n_bins,
@@ -430,9 +387,9 @@ def expected_epistemic_calibration_error(
             class_ids.append(ids_k)
             class_slots.append(m_k)
             infos.append(info)
-        return class_ids, max(class_slots), binning, *_merge_infos(infos)
+        return class_ids, max(class_slots), binning, *merge_infos(infos)
 
-    seeds = [run_seed + i for i in range(n_seeds)] if random_bins else [None]
+    seeds = [(run_seed + i) % 2**63 for i in range(n_seeds)] if random_bins else [None]
     values, first = [], None
     for run in seeds:
         class_ids, slots, method, backend_name, settings = partitions(run)
@@ -472,104 +429,3 @@ def expected_epistemic_calibration_error(
         seed_values=tuple(values),
         seed_sd=statistics.stdev(values) if len(values) > 1 else None,
     )
-
-
-def true_epistemic_calibration_error(
-    member_probs: Any, eta: Any, eu: Any = None, condition_on: str = "x", *, binary: bool = False
-) -> float:
-    r"""True epistemic calibration error (TECE) against a known ``P(y = 1 | x)``.
-
-    .. math:: \mathrm{TECE} = \frac{1}{N}\sum_n \Bigl|\frac{1}{H}\sum_h (\pi_n - p_{h,n})^2
-              - \mathrm{EU}_n\Bigr|
-
-    With the default ``EU = Var_h p`` each term is ``(pi_n - Delta_n)^2 >= 0``. Members are put in
-    the canonical order first (as the EECE does), so their order never changes the value.
-
-    Args:
-        member_probs: ``[H, N, 2]`` member probabilities, or with ``binary=True`` ``[H, N]``
-            positive-class probabilities (the same numbers give the same value).
-        eta: ``[N]`` true ``P(y = 1 | x_n)`` (e.g. :func:`bensemble.datasets.toy_posterior`).
-        eu: ``[N]`` reported epistemic uncertainty (default: the member variance).
-        condition_on: ``"x"`` uses ``pi_n = eta_n``; ``"psi"`` conditions on the member vector:
-            ``pi_n`` is the mean of ``eta`` over the points whose member vectors are identical to
-            ``x_n``'s (needed for piecewise-constant models such as random forests).
-        binary: ``member_probs`` is the binary positive-class form ``[H, N]``.
-
-    Returns:
-        The TECE.
-
-    Example:
-        >>> import torch
-        >>> p = torch.tensor([[0.2, 0.8], [0.4, 0.6]])
-        >>> round(true_epistemic_calibration_error(p, torch.tensor([0.3, 0.5]), binary=True), 4)
-        0.02
-    """
-    fn = "true_epistemic_calibration_error"
-    p = positive_class(member_probs, fn, binary)
-    e = as_confidences(eta, "eta", fn).to(p.device)
-    check_option(condition_on, "condition_on", CONDITION_ON, fn)
-    n = p.shape[1]
-    if e.shape[0] != n:
-        raise ValueError(f"{fn}: `eta` must have length {n}, one per point (got {e.shape[0]})")
-    order = canonical_member_order(p)
-    if order is not None:
-        p = p[order]
-    eu_t = p.var(dim=0, unbiased=False) if eu is None else check_eu(eu, (n,), fn).to(p.device)
-    if condition_on == "psi":
-        _, inverse = torch.unique(p.T, dim=0, return_inverse=True)
-        counts, sums = bin_sums(inverse, int(inverse.max()) + 1, e)
-        e = (sums / counts)[inverse]
-    squared_error = ((e[None, :] - p) ** 2).mean(dim=0)
-    return float((squared_error - eu_t).abs().mean())
-
-
-#: Largest ``n_bins`` of :func:`binary_calibration_error` (an equal-width histogram of more bins
-#: than this is not an estimate; the bound stops absurd values before any allocation).
-MAX_ECE_BINS = 10**6
-
-
-def binary_calibration_error(
-    member_probs: Any,
-    labels: Any,
-    n_bins: int = 15,
-    *,
-    norm: str = "l1",
-    binning: str = "uniform",
-    binary: bool = False,
-) -> float:
-    """The paper's ECE: the binned calibration error of the mean prediction ``Delta = P(y = 1)``.
-
-    Confidences are ``Delta[n] = mean_h p[h, n]`` (members in the canonical order, so the mean
-    does not depend on their order) and outcomes ``y``, binned by
-    :func:`bensemble.metrics.calibration_error` (``(lower, upper]`` equal-width bins by default).
-
-    Args:
-        member_probs: ``[H, N, 2]`` member probabilities, or with ``binary=True`` ``[H, N]``
-            positive-class probabilities.
-        labels: ``[N]`` labels in {0, 1}.
-        n_bins: number of bins, in ``[1, 10**6]``.
-        norm: ``"l1"`` (ECE), ``"l2"`` or ``"max"``.
-        binning: ``"uniform"`` or ``"quantile"``.
-        binary: ``member_probs`` is the binary positive-class form ``[H, N]``.
-
-    Returns:
-        The calibration error of ``Delta``.
-
-    Example:
-        >>> import torch
-        >>> p = torch.tensor([[0.2, 0.9], [0.4, 0.7]])
-        >>> round(binary_calibration_error(p, torch.tensor([0, 1]), n_bins=5, binary=True), 4)
-        0.25
-    """
-    fn = "binary_calibration_error"
-    p = positive_class(member_probs, fn, binary)
-    ok = isinstance(n_bins, int) and not isinstance(n_bins, bool)
-    if not ok or not 1 <= n_bins <= MAX_ECE_BINS:
-        raise ValueError(
-            f"{fn}: `n_bins` must be an integer in [1, {MAX_ECE_BINS}] (got {n_bins!r})"
-        )
-    y = as_labels(labels, "labels", fn, n=p.shape[1], num_classes=2, device=p.device)
-    order = canonical_member_order(p)
-    if order is not None:
-        p = p[order]
-    return calibration_error(p.mean(dim=0), y, n_bins, norm=norm, binning=binning)

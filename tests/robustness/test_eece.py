@@ -293,6 +293,7 @@ def test_n_bins_equal_to_n_is_allowed():
         pytest.param({"backend": "cuml"}, "backend", id="backend-unknown"),
         pytest.param({"seed": -1}, "seed", id="seed-negative"),
         pytest.param({"seed": 1.5}, "seed", id="seed-float"),
+        pytest.param({"seed": 2**64}, "seed", id="seed-overflow"),
         pytest.param({"generator": 3}, "generator", id="generator-int"),
         pytest.param({"return_details": "yes"}, "return_details", id="return_details-str"),
         pytest.param({"binary": 1}, "binary", id="binary-int"),
@@ -408,4 +409,61 @@ def test_same_data_same_answer_in_every_container(form):
     assert tece(conv(p), eta, binary=True) == tece(p, eta, binary=True)
     assert binary_calibration_error(conv(p), y, binary=True) == binary_calibration_error(
         p, y, binary=True
+    )
+
+
+# ============================================================================ class 8: evaluate
+
+
+def test_evaluate_reports_auto_bins_fitted_bins_and_the_seed_spread(tmp_path, capsys):
+    from bensemble.cli import main
+    from bensemble.experiments.evaluate import evaluate_predictions
+
+    p, y = _class_members(4, 900, 3, seed=23)
+    ev = evaluate_predictions(p, y, seed=0)
+    assert ev.ensemble["eece_bins"] == 30  # auto at N = 900: sqrt(900)
+    assert ev.ensemble["eece_bins_fitted"] == ev.eece_details.n_bins_fitted <= 30
+    assert ev.ensemble["eece_sd"] is None and ev.ensemble["eece_seeds"] == 1
+    ev3 = evaluate_predictions(p, y, seed=0, eece_seeds=3)
+    assert ev3.ensemble["eece_sd"] == pytest.approx(statistics.stdev(ev3.eece_details.seed_values))
+    assert ev3.ensemble["eece"] == pytest.approx(statistics.fmean(ev3.eece_details.seed_values))
+    np.save(tmp_path / "p.npy", p.numpy())
+    np.save(tmp_path / "y.npy", y.numpy())
+    argv = ["evaluate", str(tmp_path / "p.npy"), "--labels", str(tmp_path / "y.npy")]
+    assert main([*argv, "--out", str(tmp_path / "r"), "--eece-seeds", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "eece_sd" in out and "eece_bins_fitted" in out
+    try:  # argparse usage errors exit 2 (by SystemExit or by the return value)
+        status = main([*argv, "--out", str(tmp_path / "r2"), "--eece-bins", "many"])
+    except SystemExit as exc:
+        status = exc.code
+    assert status == 2
+    assert "--eece-bins" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda p: p.to_sparse(), id="sparse"),
+        pytest.param(lambda p: torch.empty(p.shape, device="meta"), id="meta"),
+    ],
+)
+def test_exotic_tensors_are_value_errors(make):
+    p, y, eta = _binary_members(3, 50, seed=24)
+    for call in (
+        lambda: eece(make(p), y, n_bins=5, seed=0, binary=True),
+        lambda: tece(make(p), eta, binary=True),
+        lambda: binary_calibration_error(make(p), y, binary=True),
+    ):
+        with pytest.raises(ValueError, match="`member_probs`"):
+            call()
+
+
+def test_numpy_integers_are_integers():
+    p, y, _ = _binary_members(3, 200, seed=25)
+    assert binary_calibration_error(p, y, np.int64(7), binary=True) == binary_calibration_error(
+        p, y, 7, binary=True
+    )
+    assert eece(p, y, np.int64(7), seed=np.int64(1), n_seeds=np.int64(2), binary=True) == eece(
+        p, y, 7, seed=1, n_seeds=2, binary=True
     )
