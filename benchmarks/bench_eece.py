@@ -157,7 +157,7 @@ def _probe(n: int, h: int, n_bins: int, impl: str) -> None:
     def call():
         if impl == "baseline":
             return baseline_eece(p_np, y_np, n_bins, 0)
-        return expected_epistemic_calibration_error(p, y, n_bins, seed=0, backend=impl)
+        return expected_epistemic_calibration_error(p, y, n_bins, seed=0, backend=impl, binary=True)
 
     call()  # warm-up: imports and one-off buffers are not the call's working memory
     peak, _ = peak_memory(call)
@@ -203,7 +203,7 @@ def run(n: int, h: int, n_bins: int, repeats: int, baseline_repeats: int, backen
 
     def ours(backend: str = "auto"):
         return expected_epistemic_calibration_error(
-            p, y, n_bins, seed=seed, backend=backend, return_details=True
+            p, y, n_bins, seed=seed, backend=backend, return_details=True, binary=True
         )
 
     # Baseline: median of `baseline_repeats` after one warm-up, or a single cold run.

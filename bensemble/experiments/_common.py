@@ -263,14 +263,16 @@ def binary_scores(
     mean = p.mean(dim=0)
     scores = {
         "accuracy": accuracy(torch.stack([1.0 - mean, mean], dim=1), y),
-        "ece": binary_calibration_error(p, y, n_bins=ECE_BINS),
+        "ece": binary_calibration_error(p, y, n_bins=ECE_BINS, binary=True),
         "eece": expected_epistemic_calibration_error(
-            p, y, n_bins=n_bins, binning="kmeans", seed=seed, backend=EECE_BACKEND
+            p, y, n_bins=n_bins, binning="kmeans", seed=seed, backend=EECE_BACKEND, binary=True
         ),
     }
     if eta is not None:
         e = as_confidences(eta, "eta", fn)
-        scores["tece"] = true_epistemic_calibration_error(p, e, condition_on=condition_on)
+        scores["tece"] = true_epistemic_calibration_error(
+            p, e, condition_on=condition_on, binary=True
+        )
         scores["gap"] = abs(scores["eece"] - scores["tece"])
     return scores
 

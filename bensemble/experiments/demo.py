@@ -174,6 +174,7 @@ def _stage(
         n_bins=_eece_bins(labels.shape[0]),
         seed=seed,
         return_details=True,
+        binary=binary,
     )
     row: dict[str, Any] = {
         "accuracy": M.accuracy(pooled, labels),
@@ -183,7 +184,7 @@ def _stage(
         "EECE": details.value,
     }
     if eta is not None:
-        row["TECE"] = M.true_epistemic_calibration_error(members[..., 1], eta)
+        row["TECE"] = M.true_epistemic_calibration_error(members[..., 1], eta, binary=True)
     row["coverage"] = coverage(sets, labels)
     row["set_size"] = mean_set_size(sets)
     return row, details

@@ -162,7 +162,8 @@ def evaluate_predictions(
     calibration_split: float | None = None,
     alpha: float = 0.1,
     n_bins: int = 15,
-    eece_bins: int = 100,
+    eece_bins: int | str = "auto",
+    eece_seeds: int = 1,
     conformal_score: str = "lac",
     seed: int = 0,
 ) -> Evaluation:
@@ -175,7 +176,9 @@ def evaluate_predictions(
             calibration (two separate halves); ``None`` reports on all samples, no scaling.
         alpha: Conformal miscoverage level in ``(0, 1)``.
         n_bins: Bins of the ECE and classwise ECE.
-        eece_bins: Bins of the EECE (``M > 1`` only).
+        eece_bins: Bins of the EECE (``M > 1`` only): ``"auto"`` (about ``sqrt(N)``, see
+            :func:`bensemble.metrics.epistemic.auto_n_bins`) or an integer.
+        eece_seeds: K-means seeds the EECE averages (their sd is reported as ``eece_sd``).
         conformal_score: ``"lac"``, ``"aps"`` or ``"raps"``.
         seed: Seeds the split, the EECE and randomised conformal scores.
 
@@ -201,7 +204,9 @@ def evaluate_predictions(
     y = V.as_labels(labels, "labels", fn, n=n, num_classes=k)
     alpha = V.check_probability(alpha, "alpha", fn)
     n_bins = V.check_n_bins(n_bins, fn)
-    eece_bins = V.check_n_bins(eece_bins, fn, name="eece_bins")
+    if eece_bins != "auto":
+        eece_bins = V.check_n_bins(eece_bins, fn, name="eece_bins")
+    eece_seeds = V.check_positive_int(eece_seeds, "eece_seeds", fn)
     conformal_score = V.check_option(conformal_score, "conformal_score", CONFORMAL_SCORES, fn)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"{fn}: `seed` must be a non-negative integer (got {seed!r})")
@@ -276,7 +281,12 @@ def evaluate_predictions(
 
         total, aleatoric, epistemic = decompose_classification_uncertainty(members_test)
         eece_details = expected_epistemic_calibration_error(
-            members_test, y_test, n_bins=eece_bins, seed=seed, return_details=True
+            members_test,
+            y_test,
+            n_bins=eece_bins,
+            seed=seed,
+            n_seeds=eece_seeds,
+            return_details=True,
         )
         ensemble = {
             "members": m,
@@ -284,7 +294,10 @@ def evaluate_predictions(
             "mean_aleatoric": float(aleatoric.mean()),
             "mean_epistemic": float(epistemic.mean()),
             "eece": float(eece_details.value),
-            "eece_bins": eece_bins,
+            "eece_sd": eece_details.seed_sd,  # over eece_seeds K-means seeds (None for one)
+            "eece_seeds": eece_seeds,
+            "eece_bins": eece_details.n_bins,  # "auto" resolved
+            "eece_bins_fitted": eece_details.n_bins_fitted,
         }
     return Evaluation(
         setup=setup,
@@ -393,6 +406,16 @@ def write_evaluation(ev: Evaluation, out_dir: str | os.PathLike, *, extra: dict 
 
 
 # ----------------------------------------------------------------------------- command line
+def _eece_bins_option(value: str) -> int | str:
+    """``--eece-bins``: "auto" or an integer (argparse names the option on failure)."""
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or an integer (got {value!r})") from None
+
+
 def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``evaluate`` sub-command on ``sub`` (from ``add_subparsers``)."""
     p = sub.add_parser(
@@ -420,7 +443,15 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
         "--conformal-score", default="lac", choices=CONFORMAL_SCORES, help="conformal score"
     )
     p.add_argument("--n-bins", type=int, default=15, help="bins of ECE / classwise ECE (15)")
-    p.add_argument("--eece-bins", type=int, default=100, help="bins of EECE (100)")
+    p.add_argument(
+        "--eece-bins",
+        type=_eece_bins_option,
+        default="auto",
+        help="bins of EECE: auto (about sqrt(N), at most 200) or an integer",
+    )
+    p.add_argument(
+        "--eece-seeds", type=int, default=1, help="K-means seeds the EECE averages (1); sd shown"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the split and the EECE (0)")
     p.add_argument(
         "--members",
@@ -482,7 +513,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
     try:
         V.check_probability(args.alpha, "--alpha", fn)
         V.check_n_bins(args.n_bins, fn, name="--n-bins")
-        V.check_n_bins(args.eece_bins, fn, name="--eece-bins")
+        if args.eece_bins != "auto":
+            V.check_n_bins(args.eece_bins, fn, name="--eece-bins")
+        V.check_positive_int(args.eece_seeds, "--eece-seeds", fn)
         if args.calibration_split is not None:
             V.check_probability(args.calibration_split, "--calibration-split", fn)
         if args.seed < 0:
@@ -507,6 +540,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             alpha=args.alpha,
             n_bins=args.n_bins,
             eece_bins=args.eece_bins,
+            eece_seeds=args.eece_seeds,
             conformal_score=args.conformal_score,
             seed=args.seed,
         )

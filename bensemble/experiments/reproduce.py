@@ -109,6 +109,12 @@ def add_reproduce_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPa
         help="fashion: training points for the classifiers (0: all 60,000)",
     )
     p.add_argument(
+        "--n-test",
+        type=int,
+        default=None,
+        help="binning: test points (default 10,000; the paper's second experiment uses 40,000)",
+    )
+    p.add_argument(
         "--data-dir",
         default=None,
         help="fashion: folder of the IDX files (default /usr/share/datasets/fashion-mnist)",
@@ -121,6 +127,9 @@ def run_reproduce(args: argparse.Namespace) -> int:
     if args.repeats is not None and args.repeats < 1:
         print(f"{PROG}: error: --repeats must be >= 1 (got {args.repeats})", file=sys.stderr)
         return 2
+    if args.n_test is not None and args.n_test < 20:
+        print(f"{PROG}: error: --n-test must be >= 20 (got {args.n_test})", file=sys.stderr)
+        return 2
     if args.n_train is not None and args.n_train < 0:
         print(f"{PROG}: error: --n-train must be >= 0 (got {args.n_train})", file=sys.stderr)
         return 2
@@ -129,6 +138,8 @@ def run_reproduce(args: argparse.Namespace) -> int:
     extra: dict[str, Any] = {"features": args.features}
     if args.n_train is not None:
         extra["n_train"] = args.n_train
+    if args.n_test is not None:
+        extra["n_test"] = args.n_test
     if args.data_dir is not None:
         extra["data_dir"] = args.data_dir
     options = RunOptions(

@@ -109,8 +109,12 @@ def resolve_seed(generator: torch.Generator | None, seed: int | None, fn: str) -
     if generator is not None and seed is not None:
         raise ValueError(f"{fn}: pass either `generator` or `seed`, not both (got both)")
     if seed is not None:
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ValueError(f"{fn}: `seed` must be an integer >= 0 (got {seed!r})")
+        if (
+            isinstance(seed, bool)
+            or not isinstance(seed, (int, np.integer))
+            or not 0 <= seed < 2**63
+        ):
+            raise ValueError(f"{fn}: `seed` must be an integer in [0, 2**63) (got {seed!r})")
         return int(seed)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise ValueError(

@@ -25,36 +25,45 @@ the ``[N, H]`` member matrix from one ``index_add_`` on the bin ids.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import statistics
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from bensemble._validation import (
-    as_binary_member_probs,
-    as_confidences,
-    as_float_tensor,
-    as_labels,
-    as_member_probs,
-    check_n_bins,
-    check_option,
-)
+from bensemble._validation import as_labels, check_option
 from bensemble.metrics._binning import bin_sums
+from bensemble.metrics._epistemic_checks import (
+    WARN_OCCUPANCY,
+    auto_n_bins,
+    canonical_member_order,
+    check_bins,
+    check_class_centroids,
+    check_eu,
+    check_flag,
+    check_member_probs,
+    check_n_seeds,
+    merge_infos,
+    partition,
+    resolve_n_bins,
+)
+from bensemble.metrics._epistemic_targets import (
+    binary_calibration_error,
+    true_epistemic_calibration_error,
+)
 from bensemble.metrics._kmeans import (
     DEFAULT_REFINE,
     DEFAULT_SUBSAMPLE,
     MIN_MINIBATCH,
-    _assign,
     _check_centroids,
     _check_fit_options,
-    _fit,
     resolve_seed,
 )
-from bensemble.metrics.calibration import calibration_error
 
 __all__ = [
     "EECEDetails",
+    "auto_n_bins",
     "expected_epistemic_calibration_error",
     "true_epistemic_calibration_error",
     "binary_calibration_error",
@@ -62,7 +71,6 @@ __all__ = [
 
 BINNINGS = ("kmeans", "kmeans_fit")
 MULTICLASS = ("classwise", "top_label")
-CONDITION_ON = ("x", "psi")
 _F64 = torch.float64
 
 
@@ -87,7 +95,20 @@ class EECEDetails:
         binning: "kmeans", "kmeans_fit" or "bins" (explicit ids).
         backend: the K-means backend that ran ("auto" resolved), or ``None``.
         backend_settings: the backend's settings (per-class values are tuples).
-        seed: the integer seed of the K-means fit, or ``None`` when nothing was random.
+        seed: the integer seed of the (first) K-means fit, or ``None`` when nothing was random.
+        n_bins: the number of bins asked for (``"auto"`` resolved), ``None`` for explicit bins or
+            centroids.
+        n_bins_fitted: non-empty bins of the partition (the largest over classes for
+            "classwise"): at most ``n_bins``, fewer when member vectors coincide or clusters end
+            empty.
+        bin_ids: for explicit ``bins``, the sorted distinct ids the per-bin arrays follow.
+        seeds: the K-means seeds, one per partition (``n_seeds`` of them; empty when nothing was
+            random).
+        seed_values: the EECE of each seed's partition; :attr:`value` is their mean.
+        seed_sd: standard deviation of :attr:`seed_values` (divisor ``S - 1``), ``None`` for one.
+
+    With ``n_seeds > 1`` the per-bin fields describe the first seed's partition
+    (``seed_values[0]``).
     """
 
     value: float
@@ -103,11 +124,17 @@ class EECEDetails:
     backend: str | None = None
     backend_settings: dict[str, Any] = field(default_factory=dict)
     seed: int | None = None
+    n_bins: int | None = None
+    n_bins_fitted: int = 0
+    bin_ids: torch.Tensor | None = None
+    seeds: tuple[int, ...] = ()
+    seed_values: tuple[float, ...] = ()
+    seed_sd: float | None = None
 
     @property
     def weights(self) -> torch.Tensor:
-        """``|B_m| / N`` (per class for "classwise"): ``value == (weights * |terms|).nansum()``
-        (divided by ``K`` for "classwise")."""
+        """``|B_m| / N`` (per class for "classwise"): ``seed_values[0] == (weights *
+        |terms|).nansum()`` (divided by ``K`` for "classwise")."""
         return self.counts / self.counts.sum(-1, keepdim=True)
 
 
@@ -174,106 +201,13 @@ def _eece_compute(
     return out
 
 
-# ----------------------------------------------------------------------------- validation
-
-
-def _check_member_probs(member_probs: Any, fn: str) -> torch.Tensor:
-    t = as_float_tensor(member_probs, "member_probs", fn, ndim=(2, 3), dtype=None)
-    if t.ndim == 2:
-        return as_binary_member_probs(t, "member_probs", fn)
-    return as_member_probs(t, "member_probs", fn)
-
-
-def _check_eu(eu: Any, shape: tuple[int, ...], fn: str) -> torch.Tensor:
-    t = as_float_tensor(eu, "eu", fn, ndim=len(shape))
-    if tuple(t.shape) != shape:
-        raise ValueError(f"{fn}: `eu` must have shape {list(shape)} (got {list(t.shape)})")
-    lo = float(t.min())
-    if lo < 0:
-        raise ValueError(f"{fn}: `eu` must be non-negative (got a minimum of {lo:.4g})")
-    return t
-
-
-def _check_bins(bins: Any, n: int, fn: str) -> torch.Tensor:
-    ids = as_labels(bins, "bins", fn, n=n)
-    lo = int(ids.min())
-    if lo < 0:
-        raise ValueError(f"{fn}: `bins` must hold bin ids >= 0 (got a minimum of {lo})")
-    return ids
-
-
-def _check_class_centroids(
-    centroids: Any, n_classes: int, width: int, fn: str
-) -> list[torch.Tensor]:
-    """``[K, M, H]``, a sequence of ``K`` ``[M_k, H]`` centroid sets, or one shared ``[M, H]``."""
-    if isinstance(centroids, Sequence) and not isinstance(centroids, (str, bytes)):
-        items = list(centroids)
-        if len(items) == n_classes and all(getattr(c, "ndim", 0) == 2 for c in items):
-            return [
-                _check_centroids(c, width, fn, name=f"centroids[{k}]") for k, c in enumerate(items)
-            ]
-    t = as_float_tensor(centroids, "centroids", fn, ndim=(2, 3))
-    if t.ndim == 2:
-        return [_check_centroids(t, width, fn)] * n_classes
-    if t.shape[0] != n_classes:
-        raise ValueError(
-            f"{fn}: `centroids` must have one centroid set per class, shape [{n_classes}, M, "
-            f"{width}] (got shape {list(t.shape)})"
-        )
-    return [_check_centroids(c, width, fn) for c in t]
-
-
-# ----------------------------------------------------------------------------- binning
-
-
-def _partition(
-    vectors: torch.Tensor,
-    *,
-    binning: str,
-    n_bins: int,
-    centroids: torch.Tensor | None,
-    backend: str,
-    seed: int | None,
-    fit_options: dict[str, Any],
-) -> tuple[torch.Tensor, int, dict[str, Any]]:
-    """Bin ids ``[N]``, the number of bins, and what the fit reports."""
-    if binning == "kmeans_fit":
-        ids, _ = _assign(vectors, centroids)
-        return ids, centroids.shape[0], {}
-    fit = _fit(vectors, n_bins, backend=backend, seed=seed, **fit_options)
-    ids, _ = _assign(vectors, fit.centroids)
-    info = {
-        "backend": fit.backend,
-        "n_bins_fitted": fit.centroids.shape[0],
-        "n_iter": fit.n_iter,
-        "converged": fit.converged,
-        "n_fit_rows": fit.n_fit_rows,
-        **fit.settings,
-    }
-    return ids, fit.centroids.shape[0], info
-
-
-def _merge_infos(infos: list[dict[str, Any]]) -> tuple[str | None, dict[str, Any]]:
-    """One settings dict: shared values once, per-class values as tuples."""
-    if not infos or not infos[0]:
-        return None, {}
-    backend = infos[0]["backend"]
-    merged: dict[str, Any] = {}
-    for key in infos[0]:
-        if key == "backend":
-            continue
-        values = tuple(info[key] for info in infos)
-        merged[key] = values[0] if len(infos) == 1 or len(set(values)) == 1 else values
-    return backend, merged
-
-
 # ----------------------------------------------------------------------------- public API
 
 
 def expected_epistemic_calibration_error(
     member_probs: Any,
     labels: Any,
-    n_bins: int = 100,
+    n_bins: int | str = "auto",
     binning: str = "kmeans",
     eu: Any = None,
     multiclass: str = "classwise",
@@ -284,6 +218,8 @@ def expected_epistemic_calibration_error(
     backend: str = "auto",
     return_details: bool = False,
     *,
+    binary: bool = False,
+    n_seeds: int = 1,
     subsample: int | None = DEFAULT_SUBSAMPLE,
     refine: int = DEFAULT_REFINE,
     max_iter: int = 300,
@@ -301,26 +237,43 @@ def expected_epistemic_calibration_error(
     bins, fitted with the same seed); ``"top_label"`` scores whether the argmax of the mean
     prediction is right, with members' probabilities of that class.
 
+    Members are exchangeable: they are first sorted into a canonical, data-derived order (by the
+    bytes of each member's predictions), so any permutation of the member axis gives the
+    identical value with the same seed, on every backend.
+
+    The binning is random (K-means seeding). ``n_seeds=S`` fits ``S`` partitions with the seeds
+    ``seed, seed + 1, ..., seed + S - 1`` and returns the mean EECE; the details hold every
+    per-seed value and their standard deviation. Over 5 seeds the spread is a few percent of the
+    value, and the default torch backend and scikit-learn's K-means (the paper's) give means a
+    few percent apart (measured by ``benchmarks/eece_seed_spread.py``; see the README section
+    "Epistemic calibration") - report the mean over seeds when such differences matter.
+
     Args:
-        member_probs: ``[H, N]`` positive-class probabilities, or ``[H, N, K]`` class
-            probabilities.
-        labels: ``[N]`` integer labels (``{0, 1}`` for ``[H, N]``, ``[0, K)`` otherwise).
-        n_bins: number of K-means bins ``M`` (capped at the number of distinct member vectors;
-            clusters that end empty drop out).
+        member_probs: ``[H, N, K]`` class probabilities, or with ``binary=True`` ``[H, N]``
+            positive-class probabilities (a 2-D array is never read as members otherwise).
+        labels: ``[N]`` integer labels (``{0, 1}`` with ``binary=True``, ``[0, K)`` otherwise).
+        n_bins: number of K-means bins ``M``, or ``"auto"``: about ``sqrt(N)`` bins, at least 10
+            points per bin on average, at most 200 (:func:`auto_n_bins`: 100 bins at the paper's
+            10,000 test points). An integer must lie in ``[1, N]``. The bins actually fitted are
+            capped at the number of distinct member vectors (clusters that end empty drop out);
+            a ``UserWarning`` says when they hold fewer than 10 points on average.
         binning: ``"kmeans"`` (fit on these points) or ``"kmeans_fit"`` (assign each point to the
             nearest of the given ``centroids``, fitted on a separate split with
             :func:`~bensemble.metrics.fit_bins`).
         eu: reported epistemic uncertainty, ``[N]`` (``[N, K]`` for "classwise"); default the
             member variance ``Var_h p``. For methods whose EU is not the member variance.
-        multiclass: ``"classwise"`` or ``"top_label"`` (ignored for ``[H, N]``).
+        multiclass: ``"classwise"`` or ``"top_label"`` (ignored with ``binary=True``).
         generator: source of the K-means seed.
         seed: the K-means seed (instead of ``generator``). The seed used is in the details.
-        bins: ``[N]`` explicit bin ids (overrides ``binning``; shared by all classes).
+        bins: ``[N]`` explicit bin ids (overrides ``binning``; shared by all classes). Per-bin
+            arrays follow the sorted distinct ids (``details.bin_ids``), whatever their values.
         centroids: ``[M, H]`` (``[K, M, H]`` or a list of ``K`` ``[M_k, H]`` for "classwise")
-            with ``binning="kmeans_fit"``.
+            with ``binning="kmeans_fit"``; columns in the order of the members given.
         backend: K-means backend, one of ``"auto"``, ``"torch"``, ``"sklearn"``, ``"minibatch"``,
             ``"faiss"``.
         return_details: return an :class:`EECEDetails` instead of the float.
+        binary: ``member_probs`` is the binary positive-class form ``[H, N]``.
+        n_seeds: number of K-means seeds to average (``binning="kmeans"`` only).
         subsample: K-means fits on this many seeded rows when ``N`` is larger (``None``: all).
         refine: after a subsample fit, this many Lloyd steps over all ``N`` rows.
         max_iter: maximum Lloyd iterations.
@@ -328,21 +281,22 @@ def expected_epistemic_calibration_error(
         batch_size: mini-batch size of the ``"minibatch"`` backend.
 
     Returns:
-        The EECE (lower is better), or the details.
+        The EECE (lower is better; the mean over seeds), or the details.
 
     Example:
         >>> import torch
         >>> p = torch.tensor([[0.2, 0.2, 0.9, 0.9], [0.4, 0.4, 0.7, 0.7]])
         >>> y = torch.tensor([0, 1, 1, 1])
-        >>> round(expected_epistemic_calibration_error(p, y, n_bins=2, seed=0), 4)
+        >>> round(expected_epistemic_calibration_error(p, y, n_bins=2, seed=0, binary=True), 4)
         0.04
     """
     fn = "expected_epistemic_calibration_error"
-    p = _check_member_probs(member_probs, fn)
+    p = check_member_probs(member_probs, fn, binary)
     n_members, n = p.shape[0], p.shape[1]
-    n_bins = check_n_bins(n_bins, fn)
     check_option(binning, "binning", BINNINGS, fn)
     check_option(multiclass, "multiclass", MULTICLASS, fn)
+    return_details = check_flag(return_details, "return_details", fn)
+    n_seeds = check_n_seeds(n_seeds, fn)
     batch_size = _check_fit_options(fn, backend, subsample, refine, max_iter, tol, batch_size)
     if bins is not None and centroids is not None:
         raise ValueError(f"{fn}: pass either `bins` or `centroids`, not both (got both)")
@@ -353,10 +307,35 @@ def expected_epistemic_calibration_error(
             f"{fn}: `centroids` must be None with binning='kmeans' "
             "(pass binning='kmeans_fit' to use fitted centroids)"
         )
+    random_bins = bins is None and binning == "kmeans"
+    if n_seeds > 1 and not random_bins:
+        raise ValueError(
+            f"{fn}: `n_seeds` must be 1 unless binning='kmeans' fits the bins (got {n_seeds} "
+            "with explicit bins or centroids, which involve no randomness)"
+        )
+    n_bins = resolve_n_bins(n_bins, n, fn) if random_bins else None
     classwise = p.ndim == 3 and multiclass == "classwise"
     n_classes = p.shape[2] if p.ndim == 3 else 2
     y = as_labels(labels, "labels", fn, n=n, num_classes=n_classes, device=p.device)
-    ids_given = _check_bins(bins, n, fn) if bins is not None else None
+    bin_ids = dense_ids = None
+    if bins is not None:
+        bin_ids, dense_ids = check_bins(bins, n, fn)
+        dense_ids = dense_ids.to(p.device)
+    class_centroids = None
+    if bins is None and binning == "kmeans_fit":
+        if classwise:
+            class_centroids = check_class_centroids(centroids, n_classes, n_members, fn)
+        else:
+            class_centroids = [_check_centroids(centroids, n_members, fn)]
+    if random_bins:
+        run_seed = resolve_seed(generator, seed, fn)
+
+    # Exchangeable members: one canonical order before anything order-sensitive.
+    order = canonical_member_order(p)
+    if order is not None:
+        p = p[order]
+        if class_centroids is not None:
+            class_centroids = [c[:, order.to(c.device)] for c in class_centroids]
 
     # Columns: [H, R] member probabilities and [R] outcomes, R = N (binary / top-label) or K * N
     # (classwise, class-major). The member vectors that K-means bins are the rows of cols.T.
@@ -379,35 +358,24 @@ def expected_epistemic_calibration_error(
     if eu is None:
         eu_rows = _member_variance(cols)
     else:
-        eu_t = _check_eu(eu, eu_shape, fn).to(p.device)
+        eu_t = check_eu(eu, eu_shape, fn).to(p.device)
         eu_rows = eu_t.T.reshape(-1) if classwise else eu_t
+    outcome = outcome.to(_F64)
 
-    class_centroids = None
-    if ids_given is None and binning == "kmeans_fit":
-        if classwise:
-            class_centroids = _check_class_centroids(centroids, n_classes, n_members, fn)
-        else:
-            class_centroids = [_check_centroids(centroids, n_members, fn)]
-    run_seed = None
-    if ids_given is None and binning == "kmeans":
-        run_seed = resolve_seed(generator, seed, fn)
-
-    # Bin ids per class. A Python loop over classes is used ONLY here, because every class has
-    # its own K-means fit; all statistics below are one vectorised pass over every class.
-    if ids_given is not None:
-        slots = int(ids_given.max()) + 1
-        class_ids = [ids_given] * groups
-        method, backend_name, settings = "bins", None, {}
-    else:
+    def partitions(run: int | None) -> tuple[list[torch.Tensor], int, str, str | None, dict]:
+        """Bin ids per class. A Python loop over classes is used ONLY here, because every class
+        has its own K-means fit; all statistics are one vectorised pass over every class."""
+        if dense_ids is not None:
+            return [dense_ids] * groups, int(bin_ids.numel()), "bins", None, {}
         class_ids, class_slots, infos = [], [], []
         for k in range(groups):
-            ids_k, m_k, info = _partition(
+            ids_k, m_k, info = partition(
                 cols[:, k * n : (k + 1) * n].T,
                 binning=binning,
                 n_bins=n_bins,
                 centroids=None if class_centroids is None else class_centroids[k],
                 backend=backend,
-                seed=run_seed,
+                seed=run,
                 fit_options={
                     "subsample": subsample,
                     "refine": refine,
@@ -419,16 +387,32 @@ def expected_epistemic_calibration_error(
             class_ids.append(ids_k)
             class_slots.append(m_k)
             infos.append(info)
-        slots = max(class_slots)
-        method = binning
-        backend_name, settings = _merge_infos(infos)
-    offsets = torch.arange(groups, device=p.device).repeat_interleave(n) * slots
-    flat_ids = torch.cat(class_ids) + offsets
+        return class_ids, max(class_slots), binning, *merge_infos(infos)
 
-    sums = _eece_update(cols, outcome.to(_F64), eu_rows, flat_ids, groups * slots)
-    stats = _eece_compute(*sums)
-    per_class = stats.pop("weighted").view(groups, slots).sum(dim=1) / n
-    value = float(per_class.mean())
+    seeds = [(run_seed + i) % 2**63 for i in range(n_seeds)] if random_bins else [None]
+    values, first = [], None
+    for run in seeds:
+        class_ids, slots, method, backend_name, settings = partitions(run)
+        offsets = torch.arange(groups, device=p.device).repeat_interleave(n) * slots
+        flat_ids = torch.cat(class_ids) + offsets
+        stats = _eece_compute(*_eece_update(cols, outcome, eu_rows, flat_ids, groups * slots))
+        per_class = stats.pop("weighted").view(groups, slots).sum(dim=1) / n
+        values.append(float(per_class.mean()))
+        if first is None:
+            first = (stats, per_class, slots, method, backend_name, settings)
+    stats, per_class, slots, method, backend_name, settings = first
+    fitted = int((stats["counts"].view(groups, slots) > 0).sum(dim=1).max())
+    if n / fitted < WARN_OCCUPANCY:
+        # One text for every call, so that Python's default filter shows it once per call site
+        # (a sweep over many tasks does not flood the log); the numbers are in the details.
+        warnings.warn(
+            f"{fn}: bins hold fewer than {WARN_OCCUPANCY} points on average (N / "
+            "details.n_bins_fitted); the per-bin errors are noise-dominated - use fewer bins "
+            "(n_bins='auto') or more points",
+            UserWarning,
+            stacklevel=2,
+        )
+    value = values[0] if len(values) == 1 else statistics.fmean(values)
     if not return_details:
         return value
     shape = (groups, slots) if classwise else (slots,)
@@ -439,83 +423,11 @@ def expected_epistemic_calibration_error(
         binning=method,
         backend=backend_name,
         backend_settings=settings,
-        seed=run_seed,
+        seed=seeds[0],
+        n_bins=n_bins,
+        n_bins_fitted=fitted,
+        bin_ids=bin_ids,
+        seeds=tuple(seeds) if random_bins else (),
+        seed_values=tuple(values),
+        seed_sd=statistics.stdev(values) if len(values) > 1 else None,
     )
-
-
-def true_epistemic_calibration_error(
-    member_probs: Any, eta: Any, eu: Any = None, condition_on: str = "x"
-) -> float:
-    r"""True epistemic calibration error (TECE) against a known ``P(y = 1 | x)``.
-
-    .. math:: \mathrm{TECE} = \frac{1}{N}\sum_n \Bigl|\frac{1}{H}\sum_h (\pi_n - p_{h,n})^2
-              - \mathrm{EU}_n\Bigr|
-
-    With the default ``EU = Var_h p`` each term is ``(pi_n - Delta_n)^2 >= 0``.
-
-    Args:
-        member_probs: ``[H, N]`` positive-class member probabilities.
-        eta: ``[N]`` true ``P(y = 1 | x_n)`` (e.g. :func:`bensemble.datasets.toy_posterior`).
-        eu: ``[N]`` reported epistemic uncertainty (default: the member variance).
-        condition_on: ``"x"`` uses ``pi_n = eta_n``; ``"psi"`` conditions on the member vector:
-            ``pi_n`` is the mean of ``eta`` over the points whose member vectors are identical to
-            ``x_n``'s (needed for piecewise-constant models such as random forests).
-
-    Returns:
-        The TECE.
-
-    Example:
-        >>> import torch
-        >>> p = torch.tensor([[0.2, 0.8], [0.4, 0.6]])
-        >>> round(true_epistemic_calibration_error(p, torch.tensor([0.3, 0.5])), 4)
-        0.02
-    """
-    fn = "true_epistemic_calibration_error"
-    p = as_binary_member_probs(member_probs, "member_probs", fn)
-    e = as_confidences(eta, "eta", fn).to(p.device)
-    check_option(condition_on, "condition_on", CONDITION_ON, fn)
-    n = p.shape[1]
-    if e.shape[0] != n:
-        raise ValueError(f"{fn}: `eta` must have length {n}, one per point (got {e.shape[0]})")
-    eu_t = p.var(dim=0, unbiased=False) if eu is None else _check_eu(eu, (n,), fn).to(p.device)
-    if condition_on == "psi":
-        _, inverse = torch.unique(p.T, dim=0, return_inverse=True)
-        counts, sums = bin_sums(inverse, int(inverse.max()) + 1, e)
-        e = (sums / counts)[inverse]
-    squared_error = ((e[None, :] - p) ** 2).mean(dim=0)
-    return float((squared_error - eu_t).abs().mean())
-
-
-def binary_calibration_error(
-    member_probs: Any,
-    labels: Any,
-    n_bins: int = 15,
-    *,
-    norm: str = "l1",
-    binning: str = "uniform",
-) -> float:
-    """The paper's ECE: the binned calibration error of the mean prediction ``Delta = P(y = 1)``.
-
-    Confidences are ``Delta[n] = mean_h p[h, n]`` and outcomes ``y``, binned by
-    :func:`bensemble.metrics.calibration_error` (``(lower, upper]`` equal-width bins by default).
-
-    Args:
-        member_probs: ``[H, N]`` positive-class member probabilities.
-        labels: ``[N]`` labels in {0, 1}.
-        n_bins: number of bins.
-        norm: ``"l1"`` (ECE), ``"l2"`` or ``"max"``.
-        binning: ``"uniform"`` or ``"quantile"``.
-
-    Returns:
-        The calibration error of ``Delta``.
-
-    Example:
-        >>> import torch
-        >>> p = torch.tensor([[0.2, 0.9], [0.4, 0.7]])
-        >>> round(binary_calibration_error(p, torch.tensor([0, 1]), n_bins=5), 4)
-        0.25
-    """
-    fn = "binary_calibration_error"
-    p = as_binary_member_probs(member_probs, "member_probs", fn)
-    y = as_labels(labels, "labels", fn, n=p.shape[1], num_classes=2, device=p.device)
-    return calibration_error(p.mean(dim=0), y, n_bins, norm=norm, binning=binning)

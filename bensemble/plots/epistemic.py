@@ -8,7 +8,6 @@ epistemically calibrated model puts every bin on the diagonal.
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -35,10 +34,6 @@ __all__ = [
 ]
 
 SCALES = ("linear", "log")
-
-# Whether the EECE takes the explicit ``binary=`` switch of the shape rule (it does once
-# bensemble.metrics.epistemic applies as_member_stack; before that it reads 2-D as binary).
-_EECE_TAKES_BINARY = "binary" in inspect.signature(expected_epistemic_calibration_error).parameters
 
 
 class EpistemicReliabilityDisplay:
@@ -162,10 +157,8 @@ class EpistemicReliabilityDisplay:
         fn = "EpistemicReliabilityDisplay.from_member_probs"
         t = to_tensor(member_probs, "member_probs", fn)
         as_member_stack(t, "member_probs", fn, binary=binary, dtype=None)
-        if binary and _EECE_TAKES_BINARY:
-            eece_kwargs["binary"] = True
         details = expected_epistemic_calibration_error(
-            t, labels, n_bins, return_details=True, **eece_kwargs
+            t, labels, n_bins, return_details=True, binary=binary, **eece_kwargs
         )
         return cls.from_details(details, class_index=class_index, name=name)
 

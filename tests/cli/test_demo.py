@@ -311,6 +311,7 @@ def test_evaluate_method_matches_numpy_and_scipy_references(k):
             y_test,
             n_bins=_eece_bins(n_test),
             seed=0,
+            binary=k == 2,
         )
         assert row["EECE"] == pytest.approx(eece, rel=1e-9)
         if k == 2:

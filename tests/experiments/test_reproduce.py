@@ -110,12 +110,23 @@ def test_reproduce_binning_quick(tmp_path, capsys):
     assert main(["reproduce", "binning", *QUICK, "--repeats", "1", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     rows = _table(tmp_path / "binning", "binning")["rows"]
-    assert [r["n_bins"] for r in rows] == [5, 20, 50]
+    assert [r["n_bins"] for r in rows] == [5, 20, 32, 50]  # 32: n_bins="auto" at N = 1,000
+    assert [r["auto"] for r in rows] == ["", "", "n_bins='auto'", ""]
     assert len({r["TECE"] for r in rows}) == 1  # one ensemble, one TECE
     for r in rows:
         assert math.isclose(r["|EECE - TECE|"], abs(r["EECE"] - r["TECE"]), rel_tol=1e-12)
     assert "smallest mean |EECE - TECE|" in out
+    assert "n_bins='auto' picks M = 32 at N = 1000" in out
     assert _pngs(tmp_path / "binning") == ["binning.png"]
+
+
+def test_reproduce_binning_test_size(tmp_path, capsys):
+    argv = ["reproduce", "binning", *QUICK, "--n-test", "2500", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    rows = _table(tmp_path / "binning", "binning")["rows"]
+    assert [r["n_bins"] for r in rows] == [5, 20, 50]  # auto = sqrt(2500) = 50
+    assert rows[-1]["auto"] == "n_bins='auto'" and rows[-1]["points per bin"] == 50
+    assert "2500 test points" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("features", ["ae", "raw"])

@@ -47,10 +47,10 @@ def table():
     for name, (positive, eu) in rows.items():
         out[name] = {
             "EECE": expected_epistemic_calibration_error(
-                positive, test.y, n_bins=100, eu=eu, seed=0
+                positive, test.y, n_bins=100, eu=eu, seed=0, binary=True
             ),
-            "TECE": true_epistemic_calibration_error(positive, test.eta, eu=eu),
-            "ECE": binary_calibration_error(positive, test.y),
+            "TECE": true_epistemic_calibration_error(positive, test.eta, eu=eu, binary=True),
+            "ECE": binary_calibration_error(positive, test.y, binary=True),
             "accuracy": accuracy(torch.stack([1 - positive.mean(0), positive.mean(0)], 1), test.y),
         }
     print("\nmethod               EECE    TECE    ECE     accuracy")

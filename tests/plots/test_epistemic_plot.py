@@ -1,7 +1,5 @@
 """Tests of the epistemic reliability diagram and the toy-grid maps."""
 
-import inspect
-
 import matplotlib
 
 matplotlib.use("Agg")
@@ -21,13 +19,6 @@ from bensemble.plots import (  # noqa: E402
 )
 
 F64 = torch.float64
-# Binary [H, N] members need binary=True once the EECE applies the shape rule (helper "eece");
-# until then the EECE reads a 2-D array as binary by itself.
-_EECE_BINARY = (
-    {"binary": True}
-    if "binary" in inspect.signature(expected_epistemic_calibration_error).parameters
-    else {}
-)
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +46,7 @@ def _members(h=6, n=1500, seed=0, k=None):
 def test_display_holds_exactly_the_details():
     p, y = _members()
     details = expected_epistemic_calibration_error(
-        p, y, 20, seed=1, return_details=True, **_EECE_BINARY
+        p, y, 20, seed=1, return_details=True, binary=True
     )
     display = EpistemicReliabilityDisplay.from_details(details, name="ens")
     assert display.trust is details.trust
@@ -68,7 +59,7 @@ def test_from_member_probs_equals_from_details():
     p, y = _members(seed=1)
     a = EpistemicReliabilityDisplay.from_member_probs(p, y, 15, seed=3, binary=True)
     details = expected_epistemic_calibration_error(
-        p, y, 15, seed=3, return_details=True, **_EECE_BINARY
+        p, y, 15, seed=3, return_details=True, binary=True
     )
     for field in ("trust", "squared_error", "counts"):
         torch.testing.assert_close(getattr(a, field), getattr(details, field), equal_nan=True)
@@ -92,7 +83,7 @@ def test_classwise_details_pool_or_select_a_class():
     with pytest.raises(ValueError, match="`class_index`"):
         EpistemicReliabilityDisplay.from_details(details, class_index=3)
     binary = expected_epistemic_calibration_error(
-        p[:, :, 0], (y == 0).long(), 10, seed=0, return_details=True, **_EECE_BINARY
+        p[:, :, 0], (y == 0).long(), 10, seed=0, return_details=True, binary=True
     )
     with pytest.raises(ValueError, match="`class_index`"):
         EpistemicReliabilityDisplay.from_details(binary, class_index=0)

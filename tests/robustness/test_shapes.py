@@ -9,8 +9,6 @@ same data get the same answer, and ``[M, N]`` with ``binary=True`` equals ``[M, 
 
 from __future__ import annotations
 
-import inspect
-
 import matplotlib
 
 matplotlib.use("Agg")
@@ -34,11 +32,6 @@ from bensemble.uncertainty import (  # noqa: E402
 )
 
 F64 = torch.float64
-_EECE_BINARY = (
-    {"binary": True}
-    if "binary" in inspect.signature(M.expected_epistemic_calibration_error).parameters
-    else {}
-)
 
 
 @pytest.fixture(autouse=True)
@@ -172,7 +165,7 @@ def test_epistemic_display_binary_matches_eece_details():
     y = torch.randint(0, 2, (60,), generator=torch.Generator().manual_seed(2))
     display = EpistemicReliabilityDisplay.from_member_probs(p1, y, 4, seed=0, binary=True)
     details = M.expected_epistemic_calibration_error(
-        p1, y, 4, seed=0, return_details=True, **_EECE_BINARY
+        p1, y, 4, seed=0, return_details=True, binary=True
     )
     torch.testing.assert_close(display.counts, details.counts)
     assert display.value == details.value
