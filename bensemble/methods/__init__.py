@@ -16,6 +16,7 @@ from bensemble.methods.centroids import Centroids
 from bensemble.methods.deep_ensemble import train_ensemble, train_model
 from bensemble.methods.evidential_knn import EvidentialKNN
 from bensemble.methods.forest import RandomForestMembers, forest_members
+from bensemble.methods.kfac_laplace import LaplaceApproximation
 from bensemble.methods.laplace import LastLayerLaplace
 from bensemble.methods.mlp import make_mlp
 from bensemble.methods.relative_likelihood import RelativeLikelihood
@@ -25,6 +26,7 @@ __all__ = [
     "Centroids",
     "EvidentialKNN",
     "IllustrativeClassifier",
+    "LaplaceApproximation",
     "LastLayerLaplace",
     "RandomForestMembers",
     "RelativeLikelihood",
