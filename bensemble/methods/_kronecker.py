@@ -211,13 +211,13 @@ class KroneckerFactor:
         return (n * lg + prior) * (n * la + prior) + damping
 
     def sample(self, eig: torch.Tensor, n_draws: int, generator, scale: float) -> torch.Tensor:
-        """Deviations ``[n_draws, out, in + 1]`` from the mean with covariance ``scale^2 P^{-1}``."""
+        """Deviations ``[n_draws, out, in + 1]`` from the mean, covariance ``scale^2 P^{-1}``."""
         z = torch.randn(n_draws, *eig.shape, generator=generator, dtype=torch.float64)
         y = z.to(eig.device) * (scale / eig.sqrt())
         return self.q_out @ y @ self.q_in.T
 
     def covariance(self, eig: torch.Tensor) -> torch.Tensor:
-        """Dense covariance ``[P, P]`` of ``vec([W | b])`` (row-major), for small layers and tests."""
+        """Dense covariance ``[P, P]`` of ``vec([W | b])`` (row-major), for small layers."""
         basis = torch.kron(
             self.q_out.contiguous(), self.q_in.contiguous()
         )  # row-major vec: out index major

@@ -1,4 +1,4 @@
-"""Kronecker-factored Laplace approximation of a whole network (bensemble 0.2's ``LaplaceApproximation``).
+"""Kronecker-factored Laplace approximation of a whole network (bensemble 0.2 API).
 
 Every ``nn.Linear`` of the model (weights and bias, ``theta_l = vec([W_l | b_l])``) gets an
 independent Gaussian posterior around the trained values (Ritter, Botev & Barber 2018):
