@@ -192,6 +192,10 @@ class LaplaceApproximation:
                 sigma = max((sq_residual / n_residual) ** 0.5, 1e-6)
             self.sigma_noise_ = float(sigma)
             noise_var = self.sigma_noise_**2
+        self._raw_factors = {
+            name: (sums_a[name] / rows[name], sums_g[name] / (n_seen * noise_var))
+            for name in sums_a
+        }
         self.factors_ = {
             name: KroneckerFactor.from_factors(
                 name,
@@ -208,6 +212,36 @@ class LaplaceApproximation:
             for name, f in self.factors_.items()
         }
         self.is_fitted = True
+
+    @property
+    def kronecker_factors(self) -> dict[str, dict[str, torch.Tensor]]:
+        """bensemble 0.2 view: ``{layer: {"Q": A, "H": G}}``, the per-point K-FAC factors."""
+        if not self.is_fitted:
+            return {}
+        return {name: {"Q": a, "H": g} for name, (a, g) in self._raw_factors.items()}
+
+    def _get_ensemble_state(self) -> dict:
+        """Everything :meth:`sample_models` needs (bensemble 0.2 API)."""
+        keys = ("is_fitted", "likelihood", "dataset_size", "prior_precision", "regularization")
+        state = {k: getattr(self, k) for k in keys}
+        state["model_state"] = self.model.state_dict()
+        if self.is_fitted:
+            state.update(factors=self.factors_, eig=self._eig, raw=self._raw_factors)
+            state["sigma_noise"] = getattr(self, "sigma_noise_", None)
+        return state
+
+    def _set_ensemble_state(self, state: dict) -> None:
+        self.model.load_state_dict(state["model_state"])
+        for key in ("is_fitted", "likelihood", "dataset_size", "prior_precision", "regularization"):
+            setattr(self, key, state[key])
+        if state["is_fitted"]:
+            self.factors_, self._eig, self._raw_factors = (
+                state["factors"],
+                state["eig"],
+                state["raw"],
+            )
+            if state.get("sigma_noise") is not None:
+                self.sigma_noise_ = state["sigma_noise"]
 
     # --------------------------------------------------------------- sampling
     def posterior_covariance(self, layer: str) -> torch.Tensor:
@@ -249,14 +283,7 @@ class LaplaceApproximation:
         models = []
         for s in range(n_models):
             member = copy.deepcopy(self.model)
-            with torch.no_grad():
-                for name, theta in draws.items():
-                    layer = member.get_submodule(name)
-                    w = theta[s]
-                    if layer.bias is not None:
-                        layer.bias.copy_(w[:, -1].to(layer.bias))
-                        w = w[:, :-1]
-                    layer.weight.copy_(w.to(layer.weight))
+            _load(member, {name: theta[s] for name, theta in draws.items()})
             models.append(member.eval())
         return models
 
@@ -282,9 +309,12 @@ class LaplaceApproximation:
         x = to_tensor(x, "x", fn)
         if n_samples is not None:
             n_samples = check_positive_int(n_samples, "n_samples", fn, minimum=2)
+            draws = self.sample_parameters(n_samples, generator=generator)
+            member = copy.deepcopy(self.model).eval()  # one copy, reloaded per draw
             outs = []
-            for member in self.sample_models(n_samples, generator=generator):
-                with torch.no_grad():
+            with torch.no_grad():
+                for s in range(n_samples):
+                    _load(member, {name: theta[s] for name, theta in draws.items()})
                     outs.append(self._outputs(member(self._to_model(x)), fn).double())
             stack = torch.stack(outs)
             if self.likelihood == "classification":
@@ -341,6 +371,17 @@ class LaplaceApproximation:
             raise ValueError(
                 f"{fn}: the curvature is not computed yet; call compute_curvature first"
             )
+
+
+def _load(model: nn.Module, thetas: dict[str, torch.Tensor]) -> None:
+    """Copy ``[W | b]`` draws into the named linear layers of ``model``."""
+    with torch.no_grad():
+        for name, w in thetas.items():
+            layer = model.get_submodule(name)
+            if layer.bias is not None:
+                layer.bias.copy_(w[:, -1].to(layer.bias))
+                w = w[:, :-1]
+            layer.weight.copy_(w.to(layer.weight))
 
 
 def _layer_theta(layer: nn.Linear) -> torch.Tensor:

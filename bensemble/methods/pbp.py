@@ -33,6 +33,7 @@ from torch import nn
 
 from bensemble._validation import check_generator, check_positive, check_positive_int
 from bensemble.methods._pbp_moments import PBPNet, backward_moments, moments_with_grads
+from bensemble.methods._state import NotFittedError
 
 __all__ = ["PBPEngine"]
 
@@ -262,7 +263,7 @@ class PBPEngine:
     # ---------------------------------------------------------------- helpers
     def _check_fitted(self, fn: str) -> None:
         if not self.is_fitted:
-            raise ValueError(f"{fn}: PBPEngine not fitted; call fit(train_loader) first")
+            raise NotFittedError(f"{fn}: PBPEngine not fitted; call fit(train_loader) first")
 
     def _as_input(self, x) -> torch.Tensor:
         return torch.as_tensor(x).to(self.device, self.dtype)
