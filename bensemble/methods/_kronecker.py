@@ -4,10 +4,10 @@
 * :func:`inference_mode` puts a model in eval mode and restores every module's flag afterwards.
 * :func:`output_hessian_sqrt` factors the Hessian ``Lambda`` of the negative log-likelihood with
   respect to the network outputs, ``Lambda = L L^T`` (softmax cross-entropy or Gaussian noise).
-* :class:`LinearTaps` hooks every ``nn.Linear`` of a model: it records the layer inputs ``a``
-  and adds a zero leaf ``e`` to the layer outputs ``s``, so ``d out / d e = d out / d s`` gives
-  the back-propagated vectors of the GGN ``g = J_s^T L`` for *any* graph (branches, heads, shared
-  layers), with the activation derivatives included.
+* :class:`LinearTaps` hooks every ``nn.Linear`` (and ``nn.Conv2d``) of a model: it records the
+  layer inputs ``a`` and adds a zero leaf ``e`` to the layer outputs ``s``, so
+  ``d out / d e = d out / d s`` gives the back-propagated vectors of the GGN ``g = J_s^T L``
+  for *any* graph (branches, heads, shared layers), with the activation derivatives included.
 * :class:`KroneckerFactor` is one layer's K-FAC curvature ``H ~= n A (x) G`` over
   ``[W | b]``, kept as the eigen-decompositions of ``A`` and ``G``: the posterior precision
   ``n A (x) G + delta I`` is diagonal in the basis ``Q_G (x) Q_A``, which gives exact samples
@@ -24,12 +24,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from bensemble._validation import check_same_length, to_tensor
 
 __all__ = [
     "KroneckerFactor",
+    "layer_theta",
+    "load_layers",
+    "supported_layer",
     "LinearTaps",
     "inference_mode",
     "iterate_pairs",
@@ -97,12 +101,18 @@ def output_hessian_sqrt(outputs: torch.Tensor, likelihood: str) -> torch.Tensor:
 class LinearTaps:
     """Forward hooks on ``layers`` recording inputs and adding zero leaves to outputs.
 
+    ``nn.Linear`` inputs are kept as they come (leading axes are positions sharing the weight);
+    ``nn.Conv2d`` inputs are unfolded into patches ``[B, L, C kh kw]`` and their output gradients
+    read as ``[B, L, C_out]``, so a convolution is a linear layer shared over ``L`` positions
+    (Grosse & Martens 2016).
+
     Use as a context manager around a forward pass with gradients enabled; afterwards
     ``inputs[name]`` and ``leaves[name]`` are lists (one entry per call of the layer).
     """
 
-    def __init__(self, layers: list[tuple[str, nn.Linear]]) -> None:
+    def __init__(self, layers: list[tuple[str, nn.Module]]) -> None:
         self.layers = layers
+        self._conv = {name: isinstance(m, nn.Conv2d) for name, m in layers}
         self.inputs: dict[str, list[torch.Tensor]] = {}
         self.leaves: dict[str, list[torch.Tensor]] = {}
         self._handles: list = []
@@ -120,8 +130,13 @@ class LinearTaps:
         self._handles.clear()
 
     def _hook(self, name: str):
-        def hook(_module, inputs, output):
-            self.inputs[name].append(inputs[0].detach())
+        def hook(module, inputs, output):
+            x = inputs[0].detach()
+            if isinstance(module, nn.Conv2d):  # patches [B, L, C kh kw] (KFC: a position = a row)
+                x = F.unfold(
+                    x, module.kernel_size, module.dilation, module.padding, module.stride
+                ).transpose(1, 2)
+            self.inputs[name].append(x)
             leaf = torch.zeros_like(output, requires_grad=True)
             self.leaves[name].append(leaf)
             return output + leaf
@@ -167,6 +182,8 @@ class LinearTaps:
                 for leaf in self.leaves[name]:
                     g = next(it)
                     g = torch.zeros_like(leaf) if g is None else g
+                    if self._conv[name]:  # [B, C_out, H, W] -> [B, L, C_out]
+                        g = g.flatten(2).transpose(1, 2)
                     per_call.append(g.reshape(n, -1, g.shape[-1]).to(torch.float64))
                 result[name].append(torch.cat(per_call, dim=1))
         return {name: torch.stack(gs) for name, gs in result.items()}
@@ -255,3 +272,33 @@ def probit_predictive(mean: torch.Tensor, cov: torch.Tensor) -> torch.Tensor:
     var = torch.einsum("rk,nkl,rl->nr", contrast, cov, contrast).clamp_min(0.0)
     centred = mean - mean.mean(dim=1, keepdim=True)
     return torch.softmax(centred / torch.sqrt(1.0 + math.pi / 8.0 * var), dim=1)
+
+
+def supported_layer(module: nn.Module) -> bool:
+    if isinstance(module, nn.Linear):
+        return True
+    return (
+        isinstance(module, nn.Conv2d)
+        and module.groups == 1
+        and module.padding_mode == "zeros"
+        and not isinstance(module.padding, str)
+    )
+
+
+def load_layers(model: nn.Module, thetas: dict[str, torch.Tensor]) -> None:
+    """Copy ``[W | b]`` draws into the named layers of ``model`` (conv kernels reshaped)."""
+    with torch.no_grad():
+        for name, w in thetas.items():
+            layer = model.get_submodule(name)
+            if layer.bias is not None:
+                layer.bias.copy_(w[:, -1].to(layer.bias))
+                w = w[:, :-1]
+            layer.weight.copy_(w.reshape(layer.weight.shape).to(layer.weight))
+
+
+def layer_theta(layer: nn.Module) -> torch.Tensor:
+    """``[W | b]`` ``[out, in (+1)]`` in float64 (a conv kernel flattened to ``[out, C kh kw]``)."""
+    w = layer.weight.detach().to(torch.float64).reshape(layer.weight.shape[0], -1)
+    if layer.bias is None:
+        return w
+    return torch.cat([w, layer.bias.detach().to(torch.float64)[:, None]], dim=1)

@@ -1,7 +1,8 @@
 """Kronecker-factored Laplace approximation of a whole network (bensemble 0.2 API).
 
-Every ``nn.Linear`` of the model (weights and bias, ``theta_l = vec([W_l | b_l])``) gets an
-independent Gaussian posterior around the trained values (Ritter, Botev & Barber 2018):
+Every ``nn.Linear`` and ``nn.Conv2d`` of the model (weights and bias,
+``theta_l = vec([W_l | b_l])``, a kernel flattened to ``[C_out, C_in kh kw]``) gets an independent
+Gaussian posterior around the trained values (Ritter, Botev & Barber 2018):
 
     precision_l = n A_l (x) G_l + delta I,
     A_l = mean_i a_i a_i^T,   G_l = mean_i sum_r g_ir g_ir^T,   g_ir = J_{s_l}(x_i)^T L_i e_r,
@@ -14,7 +15,10 @@ noise variance ``sigma^2``. ``n A (x) G`` is the K-FAC approximation of the gene
 of the summed NLL over the ``n`` training points; ``delta`` is the prior precision (prior
 ``N(0, delta^{-1} I)``). In the eigenbasis of ``A`` and ``G`` the precision is diagonal, so samples
 and linearised predictive variances are exact for this precision. For a one-layer linear-Gaussian
-model the K-FAC GGN is the exact Hessian and the posterior is the closed-form one.
+model the K-FAC GGN is the exact Hessian and the posterior is the closed-form one. A layer used at
+``T`` positions (a convolution's ``L`` output pixels, a linear layer on ``[B, T, F]``) sums its
+inputs over the positions in ``A`` (divided by ``n T``) and its gradients in ``G`` (divided by
+``n``), the KFC approximation of Grosse & Martens (2016), exact when ``T = 1``.
 
 ``regularization="exact"`` (default) is the formula above; ``"paper"`` adds the prior to each
 factor as in Ritter et al., ``(sqrt(n) A + sqrt(delta) I) (x) (sqrt(n) G + sqrt(delta) I)``;
@@ -42,8 +46,11 @@ from bensemble.methods._kronecker import (
     LinearTaps,
     inference_mode,
     iterate_pairs,
+    layer_theta,
+    load_layers,
     output_hessian_sqrt,
     probit_predictive,
+    supported_layer,
 )
 
 __all__ = ["LaplaceApproximation"]
@@ -53,7 +60,7 @@ _REGULARIZATIONS = ("exact", "paper", "legacy")
 
 
 class LaplaceApproximation:
-    """K-FAC Laplace approximation over every ``nn.Linear`` of ``model`` (formulas above).
+    """K-FAC Laplace approximation over every ``nn.Linear`` / ``nn.Conv2d`` of ``model`` (above).
 
     Args:
         model: the trained network (its weights are the posterior mean); outputs ``[B, K]``
@@ -119,9 +126,21 @@ class LaplaceApproximation:
             None if sigma_noise is None else check_positive(sigma_noise, "sigma_noise", fn)
         )
         self.generator = check_generator(generator, seed, fn)
-        self.layers = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+        self.layers = [(n, m) for n, m in model.named_modules() if supported_layer(m)]
+        skipped = [n for n, m in model.named_modules() if isinstance(m, nn.Conv2d)]
+        skipped = [n for n in skipped if n not in dict(self.layers)]
+        if skipped:
+            warnings.warn(
+                f"{fn}: Conv2d layers {skipped} (groups > 1, string padding or a padding mode "
+                "other than 'zeros') keep their trained weights; only nn.Linear and plain "
+                "nn.Conv2d layers get a posterior",
+                UserWarning,
+                stacklevel=2,
+            )
         if not self.layers:
-            raise ValueError(f"{fn}: `model` must contain at least one nn.Linear (got none)")
+            raise ValueError(
+                f"{fn}: `model` must contain at least one nn.Linear or nn.Conv2d (got none)"
+            )
         self.is_fitted = False
         self.dataset_size = 1
         self.hook_handles: list = []  # bensemble 0.2 attribute; hooks live only inside calls
@@ -270,7 +289,7 @@ class LaplaceApproximation:
         modules = dict(self.layers)
         draws = {}
         for name, factor in self.factors_.items():
-            mean = _layer_theta(modules[name])
+            mean = layer_theta(modules[name])
             dev = factor.sample(self._eig[name], n_models, gen, temperature)
             draws[name] = mean.to(dev.device) + dev
         return draws
@@ -283,7 +302,7 @@ class LaplaceApproximation:
         models = []
         for s in range(n_models):
             member = copy.deepcopy(self.model)
-            _load(member, {name: theta[s] for name, theta in draws.items()})
+            load_layers(member, {name: theta[s] for name, theta in draws.items()})
             models.append(member.eval())
         return models
 
@@ -314,7 +333,7 @@ class LaplaceApproximation:
             outs = []
             with torch.no_grad():
                 for s in range(n_samples):
-                    _load(member, {name: theta[s] for name, theta in draws.items()})
+                    load_layers(member, {name: theta[s] for name, theta in draws.items()})
                     outs.append(self._outputs(member(self._to_model(x)), fn).double())
             stack = torch.stack(outs)
             if self.likelihood == "classification":
@@ -371,21 +390,3 @@ class LaplaceApproximation:
             raise ValueError(
                 f"{fn}: the curvature is not computed yet; call compute_curvature first"
             )
-
-
-def _load(model: nn.Module, thetas: dict[str, torch.Tensor]) -> None:
-    """Copy ``[W | b]`` draws into the named linear layers of ``model``."""
-    with torch.no_grad():
-        for name, w in thetas.items():
-            layer = model.get_submodule(name)
-            if layer.bias is not None:
-                layer.bias.copy_(w[:, -1].to(layer.bias))
-                w = w[:, :-1]
-            layer.weight.copy_(w.to(layer.weight))
-
-
-def _layer_theta(layer: nn.Linear) -> torch.Tensor:
-    w = layer.weight.detach().to(torch.float64)
-    if layer.bias is None:
-        return w
-    return torch.cat([w, layer.bias.detach().to(torch.float64)[:, None]], dim=1)

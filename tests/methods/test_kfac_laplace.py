@@ -196,3 +196,46 @@ def test_bad_arguments_raise_value_errors() -> None:
         la.sample_models(2)
     with pytest.raises(ValueError, match="one target per model output"):
         la.compute_curvature((torch.randn(4, 2), torch.randn(4, 3)))
+
+
+def test_conv_layer_single_position_factors_equal_autograd_ggn() -> None:
+    """A kernel covering the whole image has one position: K-FAC is the exact GGN block."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(2, 3, 3), nn.Flatten(), nn.Tanh(), nn.Linear(3, 3)).double()
+    x = torch.randn(1, 2, 3, 3, dtype=torch.float64)
+    la = LaplaceApproximation(model, "classification", prior_precision=1.0, damping=0.0)
+    la.compute_curvature((x, torch.tensor([0])))
+    conv = model[0]
+    theta0 = torch.cat([conv.weight.reshape(3, -1), conv.bias[:, None]], 1).detach().reshape(-1)
+
+    def logits(theta):
+        m = theta.view(3, 19)
+        h = nn.functional.conv2d(x, m[:, :-1].reshape(3, 2, 3, 3), m[:, -1])
+        return model[3](torch.tanh(h.flatten(1)))[0]
+
+    jac = torch.autograd.functional.jacobian(logits, theta0)
+    p = torch.softmax(logits(theta0), dim=0).detach()
+    ggn = jac.T @ (torch.diag(p) - torch.outer(p, p)) @ jac
+    precision = torch.linalg.inv(la.posterior_covariance("0"))
+    eye = torch.eye(57, dtype=torch.float64)
+    torch.testing.assert_close(precision - eye, ggn, atol=1e-8, rtol=1e-6)
+
+
+def test_cnn_posterior_samples_kernels_and_skips_grouped_convs() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3, groups=2),
+        nn.Flatten(), nn.Linear(4 * 4 * 4, 3),
+    )  # fmt: skip
+    x, y = torch.randn(16, 1, 6, 6), torch.randint(0, 3, (16,))
+    with pytest.warns(UserWarning, match="keep their trained weights"):
+        la = LaplaceApproximation(model, "classification", prior_precision=10.0)
+    la.compute_curvature(DataLoader(TensorDataset(x, y), batch_size=8))
+    assert set(la.factors_) == {"0", "4"}
+    a, b = la.sample_models(2, generator=torch.Generator().manual_seed(0))
+    assert not torch.equal(a[0].weight, b[0].weight) and a[0].weight.shape == (4, 1, 3, 3)
+    assert torch.equal(a[2].weight, model[2].weight)  # the grouped conv is left alone
+    probs = la.predictive(x[:5])
+    assert probs.shape == (5, 3) and bool(torch.isfinite(probs).all())
+    mc = la.predictive(x[:5], n_samples=500, generator=torch.Generator().manual_seed(1))
+    assert float((probs - mc).abs().max()) < 0.1
