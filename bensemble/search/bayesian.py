@@ -91,7 +91,7 @@ class NESBayesianSampler(_PoolSearch):
         self.svgd_steps = check_positive_int(svgd_steps, "svgd_steps", fn)
         self.svgd_lr = check_positive(svgd_lr, "svgd_lr", fn)
         self.pool_: list[nn.Module] | None = None
-        self._loader_id: int | None = None
+        self._loader = None  # the loader the cached predictions came from
 
     # ------------------------------------------------------------------ the pool
     def build_pool(self, val_loader) -> NESBayesianSampler:
@@ -103,7 +103,7 @@ class NESBayesianSampler(_PoolSearch):
                 config = sample_config(self.space, self.generator)
                 self.pool_.append(self._train(config))
                 self.configs_.append(config)
-        if self._loader_id == id(val_loader):
+        if self._loader is val_loader:
             return self
         if isinstance(self.criterion, CachedCriterion):
             data = ValidationSet(val_loader, fn)
@@ -118,7 +118,7 @@ class NESBayesianSampler(_PoolSearch):
                 dtype=torch.float64,
             )
         self.scores_ = scores.to(torch.float64).cpu()
-        self._loader_id = id(val_loader)
+        self._loader = val_loader
         return self
 
     def posterior(self) -> torch.Tensor:

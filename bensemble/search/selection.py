@@ -252,7 +252,9 @@ def forward_select(
         device: device for models without parameters (bensemble 0.2 argument).
         criterion: lower-is-better ``criterion(members, val_loader, device)``; default
             :data:`classification_nll_criterion`. A :class:`CachedCriterion` selects on cached
-            predictions; any other callable is called once per candidate and step.
+            predictions; any other callable is called once per candidate and step, with the
+            batches of one pass over ``val_loader`` (a list of ``(x, y)``) in its place, so every
+            call sees the same samples in the same order.
 
     Returns:
         The chosen members, in the order chosen.
