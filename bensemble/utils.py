@@ -1,8 +1,9 @@
 """Small helpers kept for bensemble 0.2 compatibility.
 
 ``standard_normal_pdf`` / ``standard_normal_cdf`` (the Gaussian kernels probabilistic
-backpropagation needs), ``enable_dropout`` (MC dropout), ``get_total_kl`` and
-``predict_with_uncertainty`` for networks built from :mod:`bensemble.layers` Bayesian layers.
+backpropagation needs), ``enable_dropout`` (MC dropout), ``get_total_kl``,
+``predict_with_uncertainty`` and ``prune_model`` for networks built from :mod:`bensemble.layers`
+Bayesian layers.
 """
 
 from __future__ import annotations
@@ -13,7 +14,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from bensemble._validation import check_generator, check_positive_int, to_tensor
+from bensemble._validation import (
+    check_generator,
+    check_positive,
+    check_positive_int,
+    to_tensor,
+)
 from bensemble.layers.base import BaseBayesianLayer
 
 __all__ = [
@@ -22,6 +28,7 @@ __all__ = [
     "enable_dropout",
     "get_total_kl",
     "predict_with_uncertainty",
+    "prune_model",
 ]
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -155,3 +162,32 @@ def predict_with_uncertainty(
         for m, gen in generators:
             m.sample_generator = gen
     return preds.mean(dim=0), preds.std(dim=0, unbiased=True)
+
+
+def prune_model(model: nn.Module, threshold: float = 0.83) -> float:
+    """Graves' signal-to-noise pruning of every Bayesian layer of ``model``, in place.
+
+    Each :class:`~bensemble.layers.BaseBayesianLayer` removes the weights (and biases) with
+    ``|mu| / sigma <= threshold`` (see ``apply_pruning``); pruned weights are exactly 0 and no
+    longer count in the KL divergence, so :func:`get_total_kl` stays finite and does not grow
+    as the threshold rises. 0.83 is Graves' "safe" threshold.
+
+    Returns:
+        The pruned fraction of all Bayesian parameters (earlier pruning included), in [0, 1].
+
+    Example:
+        >>> from bensemble.layers import BayesianLinear
+        >>> net = nn.Sequential(BayesianLinear(4, 8), nn.ReLU(), BayesianLinear(8, 2))
+        >>> 0.0 <= prune_model(net, threshold=5.0) <= 1.0
+        True
+    """
+    fn = "prune_model"
+    model = _check_model(model, fn)
+    threshold = check_positive(threshold, "threshold", fn, allow_zero=True)
+    total = pruned = 0
+    for module in model.modules():
+        if isinstance(module, BaseBayesianLayer):
+            n = sum(mu.numel() for _, mu, _ in module._gaussian_pairs())
+            pruned += round(module.apply_pruning(threshold) * n)
+            total += n
+    return pruned / total if total else 0.0

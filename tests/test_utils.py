@@ -129,3 +129,70 @@ def test_bad_arguments():
         enable_dropout(None)
     with pytest.raises(ValueError, match="`generator`"):
         predict_with_uncertainty(nn.Linear(2, 2), torch.randn(3, 2), generator=0)
+
+
+class _BayesNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = BayesianLinear(4, 16)
+        self.b = BayesianLinear(16, 2)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def _trained_bayesian_net():
+    torch.manual_seed(0)
+    net = _BayesNet()
+    with torch.no_grad():  # a spread of signal-to-noise ratios
+        for layer in (net.a, net.b):
+            layer.w_rho.uniform_(-4.0, 0.0)
+    return net
+
+
+def test_prune_model_keeps_kl_finite_and_decreasing_in_threshold():
+    import copy
+
+    from bensemble.utils import prune_model
+
+    base = _trained_bayesian_net()
+    kls, sparsities = [float(get_total_kl(base).detach())], [0.0]
+    for threshold in (0.1, 0.5, 0.83, 2.0, 5.0, 1e9):
+        net = copy.deepcopy(base)
+        sparsities.append(prune_model(net, threshold=threshold))
+        kl = get_total_kl(net)
+        assert bool(torch.isfinite(kl))
+        kls.append(float(kl.detach()))
+        # pruned weights are exactly zero in sampled forward passes and excluded from the SNR
+        net.train()
+        mask = net.a.w_mask.bool()
+        assert bool((net.a.sample_weights()[0][~mask] == 0).all())
+        assert bool(torch.isfinite(net.a._get_snr_dict()["w_mu"]).all())
+    assert all(b <= a for a, b in zip(kls, kls[1:]))
+    assert all(b >= a for a, b in zip(sparsities, sparsities[1:]))
+    assert kls[-1] == 0.0 and sparsities[-1] == 1.0
+
+
+def test_prune_model_sparsity_matches_masks_and_training_cannot_revive():
+    from bensemble.utils import prune_model
+
+    net = _trained_bayesian_net()
+    masks = [layer.get_pruning_masks(0.83) for layer in (net.a, net.b)]
+    n_pruned = sum(int((m == 0).sum()) for d in masks for m in d.values())
+    n_total = sum(m.numel() for d in masks for m in d.values())
+    assert prune_model(net, 0.83) == pytest.approx(n_pruned / n_total)
+    # pruning again at a lower threshold keeps what was pruned
+    assert prune_model(net, 0.1) == pytest.approx(n_pruned / n_total)
+    opt = torch.optim.SGD(net.parameters(), lr=0.5)
+    net.train()
+    for _ in range(3):
+        opt.zero_grad()
+        (net(torch.randn(8, 4)).pow(2).sum() + get_total_kl(net)).backward()
+        opt.step()
+    net.eval()
+    x = torch.randn(5, 4)
+    w_mu, _, b_mu, _ = net.a._moments()
+    assert bool((w_mu[net.a.w_mask == 0] == 0).all())
+    torch.testing.assert_close(net.a(x), torch.nn.functional.linear(x, w_mu, b_mu))
+    with pytest.raises(ValueError, match="`threshold` must be a finite number >= 0"):
+        prune_model(net, -1.0)

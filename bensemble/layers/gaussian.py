@@ -9,6 +9,13 @@ implements one operation, :meth:`MeanFieldGaussianLayer._apply` (``F.linear``, `
   shared by every row, so a pass is one coherent network (reproducible given the generator);
 * plain train mode: the local reparameterisation trick (Kingma et al., 2015),
   ``mean + eps * sqrt(_apply(x^2, sigma_w^2, sigma_b^2))`` with independent ``eps`` per output.
+
+Pruning (Graves 2011): :meth:`MeanFieldGaussianLayer.apply_pruning` removes the weights whose
+signal-to-noise ratio ``|mu| / sigma`` is at most a threshold. A removed weight is exactly 0 in
+every forward pass (its mean and standard deviation are masked, so further training cannot
+revive it) and is *excluded* from :meth:`~MeanFieldGaussianLayer.kl_divergence` (a point mass at 0
+is no longer a Gaussian; bensemble 0.2 kept it and its KL became infinite) and from the SNR (its
+SNR is reported as 0, so it stays pruned). The masks are non-persistent buffers ``<name>_mask``.
 """
 
 from __future__ import annotations
@@ -74,23 +81,97 @@ class MeanFieldGaussianLayer(BaseBayesianLayer):
     def _apply(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    # ------------------------------------------------------------------ pruning
+    def _mask(self, name: str) -> torch.Tensor | None:
+        """The keep-mask (1 keep, 0 pruned) of the ``<name>_mu`` parameter, if pruned."""
+        mask = getattr(self, name[: -len("_mu")] + "_mask", None)
+        return mask if isinstance(mask, torch.Tensor) else None
+
+    def _moments(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(w_mu, w_sigma, b_mu, b_sigma)`` with pruned entries exactly 0."""
+        out = []
+        for name in ("w_mu", "b_mu"):
+            mu = getattr(self, name)
+            sigma = F.softplus(getattr(self, name[:-3] + "_rho"))
+            mask = self._mask(name)
+            if mask is not None:
+                mu, sigma = mu * mask, sigma * mask
+            out += [mu, sigma]
+        return out[0], out[1], out[2], out[3]
+
+    def kl_divergence(self) -> torch.Tensor:
+        """``KL(q || p)`` summed over the weights and biases that are not pruned.
+
+        Per weight: ``log(s_p / s) + (s^2 + mu^2) / (2 s_p^2) - 1/2``.
+        """
+        total = torch.zeros((), device=self.w_mu.device, dtype=self.w_mu.dtype)
+        for name, mu, rho in self._gaussian_pairs():
+            sigma = F.softplus(rho)
+            mask = self._mask(name)
+            if mask is not None:  # pruned entries replaced by a harmless value (finite grads)
+                keep = mask.bool()
+                sigma = torch.where(keep, sigma, torch.full_like(sigma, self.prior_sigma))
+                mu = torch.where(keep, mu, torch.zeros_like(mu))
+            # with sigma = prior_sigma and mu = 0 the term below is exactly 0
+            kl = (
+                math.log(self.prior_sigma)
+                - torch.log(sigma)
+                + (sigma.pow(2) + mu.pow(2)) / (2.0 * self.prior_sigma**2)
+                - 0.5
+            )
+            total = total + kl.sum()
+        return total
+
+    def _get_snr_dict(self) -> dict[str, torch.Tensor]:
+        """``|mu| / sigma`` per ``_mu`` parameter; 0 for pruned entries."""
+        snr = {}
+        for name, mu, rho in self._gaussian_pairs():
+            sigma = F.softplus(rho)
+            mask = self._mask(name)
+            if mask is not None:
+                keep = mask.bool()
+                value = torch.where(keep, mu, torch.zeros_like(mu)).abs() / torch.where(
+                    keep, sigma, torch.ones_like(sigma)
+                )
+            else:
+                value = mu.abs() / sigma
+            snr[name] = value
+        return snr
+
+    def apply_pruning(self, threshold: float = 0.83) -> float:
+        """Prune the weights with SNR ``<= threshold``; returns the layer's pruned fraction.
+
+        Pruned entries get ``mu = 0``, ``rho = -1e8`` and a 0 in their mask; earlier pruning
+        is kept (masks only lose ones).
+        """
+        masks = self.get_pruning_masks(threshold)
+        total = pruned = 0
+        with torch.no_grad():
+            for name, mu, rho in self._gaussian_pairs():
+                keep = masks[name].bool()
+                mu.masked_fill_(~keep, 0.0)
+                rho.masked_fill_(~keep, -1e8)
+                mask_name = name[: -len("_mu")] + "_mask"
+                self.register_buffer(mask_name, keep.to(mu.dtype), persistent=False)
+                total += keep.numel()
+                pruned += int((~keep).sum())
+        return pruned / total if total else 0.0
+
     def sample_weights(
         self, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One draw ``(weight, bias)`` from the posterior (differentiable in mu and rho)."""
-        weight = self.w_mu + F.softplus(self.w_rho) * gaussian_noise(
-            self.w_mu.shape, self.w_mu, generator
-        )
-        bias = self.b_mu + F.softplus(self.b_rho) * gaussian_noise(
-            self.b_mu.shape, self.b_mu, generator
-        )
+        w_mu, w_sigma, b_mu, b_sigma = self._moments()
+        weight = w_mu + w_sigma * gaussian_noise(self.w_mu.shape, self.w_mu, generator)
+        bias = b_mu + b_sigma * gaussian_noise(self.b_mu.shape, self.b_mu, generator)
         return weight, bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w_mu, w_sigma, b_mu, b_sigma = self._moments()
         if not self.sampling:
-            return self._apply(x, self.w_mu, self.b_mu)
+            return self._apply(x, w_mu, b_mu)
         if self.force_sample or self.sample_generator is not None:
             return self._apply(x, *self.sample_weights(self.sample_generator))
-        mean = self._apply(x, self.w_mu, self.b_mu)
-        var = self._apply(x.pow(2), F.softplus(self.w_rho).pow(2), F.softplus(self.b_rho).pow(2))
+        mean = self._apply(x, w_mu, b_mu)
+        var = self._apply(x.pow(2), w_sigma.pow(2), b_sigma.pow(2))
         return mean + torch.randn_like(mean) * torch.sqrt(var + _VAR_FLOOR)

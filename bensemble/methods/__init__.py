@@ -11,13 +11,16 @@ not a member variance): :class:`Centroids`, :class:`RelativeLikelihood`, :class:
 """
 
 from bensemble.methods._illustrative import IllustrativeClassifier, gaussian_members
+from bensemble.methods._pbp_moments import PBPNet, ProbLinear, relu_moments
 from bensemble.methods.bayesian_logistic import BayesianLogisticRegression
 from bensemble.methods.centroids import Centroids
 from bensemble.methods.deep_ensemble import train_ensemble, train_model
 from bensemble.methods.evidential_knn import EvidentialKNN
 from bensemble.methods.forest import RandomForestMembers, forest_members
+from bensemble.methods.kfac_laplace import LaplaceApproximation
 from bensemble.methods.laplace import LastLayerLaplace
 from bensemble.methods.mlp import make_mlp
+from bensemble.methods.pbp import PBPEngine
 from bensemble.methods.relative_likelihood import RelativeLikelihood
 
 __all__ = [
@@ -25,12 +28,17 @@ __all__ = [
     "Centroids",
     "EvidentialKNN",
     "IllustrativeClassifier",
+    "LaplaceApproximation",
     "LastLayerLaplace",
+    "PBPEngine",
+    "PBPNet",
+    "ProbLinear",
     "RandomForestMembers",
     "RelativeLikelihood",
     "forest_members",
     "gaussian_members",
     "make_mlp",
+    "relu_moments",
     "train_ensemble",
     "train_model",
 ]

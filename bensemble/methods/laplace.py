@@ -31,7 +31,6 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from collections.abc import Iterable
 
 import numpy as np
 import torch
@@ -44,15 +43,14 @@ from bensemble._validation import (
     check_option,
     check_positive,
     check_positive_int,
-    check_same_length,
     to_tensor,
 )
+from bensemble.methods._kronecker import BATCH, iterate_pairs, probit_predictive
 
 __all__ = ["LastLayerLaplace"]
 
 _LIKELIHOODS = ("classification",)
-#: Rows per forward pass when inputs are given as one tensor.
-_BATCH = 4096
+_BATCH = BATCH
 
 
 class LastLayerLaplace:
@@ -137,7 +135,7 @@ class LastLayerLaplace:
         hessian = torch.zeros(n_params, n_params, dtype=torch.float64, device=theta.device)
         nll = 0.0
         n_seen = 0
-        for x, y in _iterate(data, fn):
+        for x, y in iterate_pairs(data, fn, as_labels):
             phi, logits = self._forward(x, fn, check_output=True)
             labels = as_labels(y, "y", fn, n=phi.shape[0], num_classes=n_classes)
             labels = labels.to(phi.device)
@@ -209,16 +207,9 @@ class LastLayerLaplace:
         phi, _ = self._forward(x, fn, check_output=False)
         n_classes, dim = self._shape
         mean = phi @ self.mean_.view(n_classes, dim).T  # [N, K]
-        if n_classes == 2:
-            contrast = torch.tensor([[-1.0, 1.0]], dtype=torch.float64, device=phi.device)
-            var = self._contrast_variance(phi, contrast)[:, 0]
-            p1 = torch.sigmoid((mean[:, 1] - mean[:, 0]) / torch.sqrt(1.0 + math.pi / 8.0 * var))
-            return torch.stack([1.0 - p1, p1], dim=1)
-        eye = torch.eye(n_classes, dtype=torch.float64, device=phi.device)
-        contrast = eye - 1.0 / n_classes
-        var = self._contrast_variance(phi, contrast)
-        centred = mean - mean.mean(dim=1, keepdim=True)
-        return torch.softmax(centred / torch.sqrt(1.0 + math.pi / 8.0 * var), dim=1)
+        cov = self.posterior_covariance_.view(n_classes, dim, n_classes, dim)
+        logit_cov = torch.einsum("ij,kjlm,im->ikl", phi, cov, phi)  # [N, K, K]
+        return probit_predictive(mean, logit_cov)
 
     def sample_members(self, x, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """Member probabilities ``[n, N, K]``: ``softmax([W_s | b_s] phi)``, ``s`` = posterior draw.
@@ -274,13 +265,6 @@ class LastLayerLaplace:
         # theta = theta* + L^{-T} z with L L^T the posterior precision: covariance = precision^-1.
         step = torch.linalg.solve_triangular(self._precision_chol.T, z.to(mean.device), upper=True)
         return (mean[:, None] + step).T.reshape(n, *self._shape)
-
-    def _contrast_variance(self, phi: torch.Tensor, contrast: torch.Tensor) -> torch.Tensor:
-        """``Var[(A f)_r]`` ``[N, R]`` for a contrast ``A [R, K]`` of the logits ``f``."""
-        n_classes, dim = self._shape
-        cov = self.posterior_covariance_.view(n_classes, dim, n_classes, dim)
-        blocks = torch.einsum("rk,kjlm,rl->rjm", contrast, cov, contrast)  # [R, F1, F1]
-        return torch.einsum("ij,rjm,im->ir", phi, blocks, phi).clamp_min(0.0)
 
     def _forward(self, x, fn: str, *, check_output: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Last-layer inputs ``[N, F + 1]`` (with the constant 1) and model logits, in float64."""
@@ -420,26 +404,3 @@ def _find_last_linear(model: nn.Module, name: str | None, fn: str) -> tuple[str,
             f"(got out_features={layer.out_features})"
         )
     return name, layer
-
-
-def _iterate(data, fn: str) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
-    """Batches ``(x, y)``: a tuple ``(X, y)`` is one data set, other iterables yield batches."""
-    if isinstance(data, tuple):
-        if len(data) != 2:
-            raise ValueError(f"{fn}: `data` as a tuple must be (X, y) (got {len(data)} items)")
-        x = to_tensor(data[0], "X", fn)
-        y = as_labels(data[1], "y", fn)
-        check_same_length(fn, X=x, y=y)
-        yield from zip(x.split(_BATCH), y.split(_BATCH))
-        return
-    if isinstance(data, (torch.Tensor, np.ndarray)) or not isinstance(data, Iterable):
-        raise ValueError(
-            f"{fn}: `data` must be a DataLoader of (x, y) batches or a tuple (X, y) "
-            f"(got {type(data).__name__})"
-        )
-    for batch in data:
-        if not isinstance(batch, (tuple, list)) or len(batch) < 2:
-            raise ValueError(
-                f"{fn}: each batch of `data` must be a pair (x, y) (got {type(batch).__name__})"
-            )
-        yield batch[0], batch[1]

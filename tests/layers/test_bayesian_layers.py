@@ -204,3 +204,25 @@ BAD_ARGS = [
 def test_bad_arguments_raise(cls, kwargs, arg):
     with pytest.raises(ValueError, match=f"`{arg}`"):
         cls(**kwargs)
+
+
+def test_conv_pruning_excludes_pruned_weights_from_kl_and_snr():
+    torch.manual_seed(0)
+    layer = BayesianConv2d(2, 3, 3)
+    with torch.no_grad():
+        layer.w_rho.uniform_(-5.0, 1.0)
+    before = float(layer.kl_divergence().detach())
+    sparsity = layer.apply_pruning(threshold=1.0)
+    assert 0.0 < sparsity < 1.0
+    after = layer.kl_divergence()
+    assert bool(torch.isfinite(after)) and float(after.detach()) < before
+    after.backward()
+    assert bool(torch.isfinite(layer.w_rho.grad).all() & torch.isfinite(layer.w_mu.grad).all())
+    snr = layer._get_snr_dict()["w_mu"]
+    assert bool((snr[layer.w_mask == 0] == 0).all())
+    layer.force_sample = True
+    x = torch.randn(1, 2, 5, 5)
+    w_mu, _, b_mu, _ = layer._moments()
+    layer.force_sample = False
+    layer.eval()
+    torch.testing.assert_close(layer(x), torch.nn.functional.conv2d(x, w_mu, b_mu))
