@@ -40,8 +40,9 @@ from typing import Any
 import torch
 
 from bensemble import _validation as V
+from bensemble.experiments._options import check_seed
 from bensemble.experiments.report import Report, format_table, to_json
-from bensemble.io import InputError, load_labels, load_predictions, split_key
+from bensemble.io import InputError, load_labels, load_predictions, renormalised, split_key
 
 __all__ = [
     "Evaluation",
@@ -130,15 +131,16 @@ def split_indices(
 
     fn = "split_indices"
     fraction = V.check_probability(fraction, "calibration_split", fn)
+    seed = check_seed(seed, "seed", fn)
     n_cal = round(fraction * n)
     if n_cal < 2 or n - n_cal < 1:
         raise ValueError(
             f"{fn}: `calibration_split` must leave at least 2 calibration samples and 1 test "
             f"sample (got {fraction!r} of {n} samples: {n_cal} calibration, {n - n_cal} test)"
         )
-    perm = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     cal, test = perm[:n_cal], perm[n_cal:]
-    halves = split_calibration(torch.zeros(n_cal, dtype=torch.int64), seed=int(seed))
+    halves = split_calibration(torch.zeros(n_cal, dtype=torch.int64), seed=seed)
     return cal[halves.temperature], cal[halves.conformal], test
 
 
@@ -194,7 +196,7 @@ def evaluate_predictions(
     """
     fn = "evaluate_predictions"
     p = V.to_tensor(member_probs, "member_probs", fn)
-    p = V.as_probs(p, "member_probs", fn, ndim=(2, 3))
+    p = renormalised(V.as_probs(p, "member_probs", fn, ndim=(2, 3)), p.dtype)
     if p.ndim == 2:
         p = p.unsqueeze(0)
     m, n, k = p.shape
@@ -203,8 +205,7 @@ def evaluate_predictions(
     n_bins = V.check_n_bins(n_bins, fn)
     eece_bins = V.check_n_bins(eece_bins, fn, name="eece_bins")
     conformal_score = V.check_option(conformal_score, "conformal_score", CONFORMAL_SCORES, fn)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"{fn}: `seed` must be a non-negative integer (got {seed!r})")
+    seed = check_seed(seed, "seed", fn)
 
     setup: dict[str, Any] = {
         "members": m,
