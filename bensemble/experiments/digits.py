@@ -412,4 +412,4 @@ def run(options: RunOptions) -> ExperimentResult:
             )
     tables = summarize_one_vs_all(records, [n for _, n in tasks], paper_by_task=list(classes))
     write_one_vs_all("digits", tables, report, printer, paper_label="paper MNIST")
-    return finish("digits", report, tables, watch, printer)
+    return finish("digits", report, tables, watch, printer, options)

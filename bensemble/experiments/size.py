@@ -146,7 +146,7 @@ def run(options: RunOptions) -> ExperimentResult:
     )
     report.add_table("size", rows, title=title)
     _figure(report, rows)
-    return finish("size", report, {"size": rows}, watch, printer)
+    return finish("size", report, {"size": rows}, watch, printer, options)
 
 
 def _figure(report, rows) -> None:
