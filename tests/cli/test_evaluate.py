@@ -172,7 +172,9 @@ def test_table_output_and_report_files(tmp_path, capsys, data):
     assert table["rows"][0]["accuracy"] == pytest.approx(ref["accuracy"])
 
     # a second run into the same folder replaces the files and still leaves no temp file
-    code, _, _ = _run([pred, "--labels", lab, "--out", out, "--n-bins", "10", "--overwrite"], capsys)
+    code, _, _ = _run(
+        [pred, "--labels", lab, "--out", out, "--n-bins", "10", "--overwrite"], capsys
+    )
     assert code == 0
     assert names == {p.name for p in out.iterdir()}
 
