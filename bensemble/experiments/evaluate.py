@@ -58,6 +58,8 @@ __all__ = [
 
 PROG = "bensemble evaluate"
 DEFAULT_OUT = "bensemble-report"
+#: Most ECE bins the command accepts (far beyond any sample size it can score in memory).
+MAX_BINS = 10**6
 CONFORMAL_SCORES = ("lac", "aps", "raps")
 
 
@@ -472,6 +474,8 @@ def _evaluate_args(args: argparse.Namespace, fn: str, out: Path | None) -> Evalu
     """Load and check everything, then evaluate (nothing is written)."""
     V.check_probability(args.alpha, "--alpha", fn)
     V.check_n_bins(args.n_bins, fn, name="--n-bins")
+    if args.n_bins > MAX_BINS:  # per-bin arrays: 2**40 bins would reach the allocator
+        raise InputError(f"--n-bins must be at most {MAX_BINS} (got {args.n_bins})")
     V.check_n_bins(args.eece_bins, fn, name="--eece-bins")
     if args.calibration_split is not None:
         V.check_probability(args.calibration_split, "--calibration-split", fn)

@@ -179,6 +179,14 @@ def test_class3_zoo_member_probs_refuses_bad_seeds(seed):
         member_probs("Random Forest", x, torch.arange(20) % 2, x, seed=seed)
 
 
+# ============================================================================ class 4
+def test_class4_huge_n_bins_is_a_usage_error_not_an_allocation(tmp_path, capsys):
+    pred, lab = _save_inputs(tmp_path)
+    code, _, err = _run(["evaluate", pred, "--labels", lab, "--json", "--n-bins", 2**40], capsys)
+    assert code == 2
+    assert "--n-bins" in _one_error_line(err, "bensemble evaluate")
+
+
 # ============================================================================ class 5
 @pytest.mark.parametrize(
     "argv, prog",
