@@ -10,10 +10,10 @@ from typing import Any
 
 import torch
 
+from bensemble.experiments.demo_protocol import ECE_BINS
+
 __all__ = ["epistemic_figure", "figure_runs", "maps_figure", "reliability_figure"]
 
-#: Bins of the (top-label, equal-width) reliability diagrams (the demo's ECE bins).
-ECE_BINS = 15
 #: Methods drawn in the figures (those that ran, at most four per dataset).
 FIGURE_METHODS = ("Deep Ensemble", "MC-Dropout", "Random Forest", "EK-NN")
 
