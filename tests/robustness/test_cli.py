@@ -386,3 +386,17 @@ def test_class5_reproduce_rerun_replaces_the_whole_report(tmp_path, capsys):
     summary = json.loads((stale / "summary.json").read_text())
     assert sorted(summary["files"]) == names
     assert summary["versions"]["torch"] == torch.__version__
+
+
+def test_class5_failed_experiment_leaves_nothing_in_the_report_root(tmp_path, monkeypatch):
+    import bensemble.experiments.toy as toy
+    from bensemble.experiments.reproduce import reproduce
+
+    def failing_run(options):
+        options.report("toy").add_text("half.txt", "written before the failure\n")
+        raise RuntimeError("training diverged")
+
+    monkeypatch.setattr(toy, "run", failing_run)
+    with pytest.raises(RuntimeError, match="diverged"):
+        reproduce("toy", out=tmp_path / "o", quick=True, progress=False)
+    assert not (tmp_path / "o").exists() or list((tmp_path / "o").iterdir()) == []
