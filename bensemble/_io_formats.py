@@ -166,8 +166,24 @@ def _check_dense(t: torch.Tensor, where: str) -> torch.Tensor:
     elif t.dtype not in _REAL_DTYPES and not _is_unsigned(t.dtype):
         raise InputError(f"{where} must hold numbers (got unsupported dtype {t.dtype})")
     else:
+        _check_memory(t, where)
         return t
     raise InputError(f"{where} must hold a dense (strided) tensor of numbers (got {kind})")
+
+
+def _check_memory(t: torch.Tensor, where: str) -> None:
+    """Refuse a tensor whose values (as float64, as they will be used) exceed the memory.
+
+    A saved tensor can be a broadcast view: ``torch.zeros(1).expand(10**6, 10**5, 2)`` is stored
+    in a few hundred bytes but claims 2e11 values, which any later copy would try to allocate.
+    """
+    needed = t.numel() * max(t.element_size(), 8)
+    memory = _memory_bytes()
+    if needed > memory:
+        raise InputError(
+            f"{where} holds a tensor of shape {tuple(t.shape)} ({t.numel()} values), which needs "
+            f"{needed} bytes in float64 and this machine has {memory} bytes of memory"
+        )
 
 
 def _is_unsigned(dtype: torch.dtype) -> bool:
@@ -216,6 +232,8 @@ def read_pt(path: Path, key: str | None, name: str) -> torch.Tensor:
             raise InputError(
                 f"{where} holds a list of tensors with different shapes or dtypes ({got})"
             )
+        stacked = torch.empty((), dtype=parts[0].dtype).expand(len(parts), *shapes.pop())
+        _check_memory(stacked, where)  # torch.stack allocates the whole [M, ...] tensor
         return torch.stack(parts)
     raise InputError(
         f"{where} must hold a tensor, a dict of tensors or a list of tensors "

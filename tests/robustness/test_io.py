@@ -107,6 +107,24 @@ def test_class4_compressed_npz_claiming_more_than_memory_is_refused(tmp_path):
     _one_line(exc)
 
 
+def test_class4_pt_broadcast_view_claiming_2e11_values_is_refused_before_allocating(tmp_path):
+    # expand() stores one value: a 1.5 kB file whose tensor claims 1.6 TB once copied.
+    torch.save(
+        torch.full((1,), 0.5, dtype=torch.float64).expand(10**6, 10**5, 2), tmp_path / "p.pt"
+    )
+    assert (tmp_path / "p.pt").stat().st_size < 4000
+    with pytest.raises(InputError, match="200000000000 values") as exc:
+        load_predictions(tmp_path / "p.pt")
+    _one_line(exc)
+
+
+def test_class4_pt_list_whose_stack_exceeds_memory_is_refused_before_stacking(tmp_path):
+    view = torch.full((1,), 0.5, dtype=torch.float64).expand(10**5, 10**4, 2)
+    torch.save([view] * 100, tmp_path / "p.pt")
+    with pytest.raises(InputError, match="200000000000 values"):
+        load_predictions(tmp_path / "p.pt")
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")  # torch: CSR is beta, quantization deprecated
 @pytest.mark.parametrize(
     "make",
