@@ -412,11 +412,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
         try:
             out = _out_folder(args, fn)
             ev = _evaluate_args(args, fn, out)
-        except ValueError as exc:
+        except ValueError as exc:  # the error alone: a usage error is one line
             print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
             return 2
-        finally:
-            _print_warnings(caught)
+    _print_warnings(caught)
     extra = {
         "inputs": {
             "predictions": str(args.predictions),

@@ -540,3 +540,13 @@ def test_console_entry_point_as_subprocess(tmp_path, data):
     result = json.loads(ok.stdout)
     assert result["conformal"]["n_test"] == N // 2
     assert (out / "summary.json").exists()
+
+
+def test_a_usage_error_after_a_warning_prints_the_error_alone(tmp_path, capsys, data):
+    logits, _ = data
+    pred = _save(tmp_path / "p.npy", _softmax(logits))
+    np.save(tmp_path / "short.npy", np.zeros(5, dtype=np.int64))
+    argv = [pred, "--labels", tmp_path / "short.npy", "--logits", "--json"]
+    code, _, err = _run(argv, capsys)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and err.startswith(PROG) and "labels" in err
