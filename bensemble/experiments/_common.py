@@ -283,6 +283,7 @@ def binary_scores(
         bins on the mean prediction), ``eece`` and optionally ``tece`` and ``gap``.
     """
     fn = "binary_scores"
+    seed = check_seed(seed, "seed", fn)
     p = torch.as_tensor(member_probs)
     if p.ndim == 3:
         if p.shape[-1] != 2:
@@ -332,6 +333,7 @@ def method_member_probs(
     Returns:
         ``(member_probs [H, N, K] float64, note or None)``.
     """
+    seed = check_seed(seed, "seed", "method_member_probs")
     n_train = len(y_train)
     if method == "EK-NN" and n_train < EKNN_NEIGHBOURS:
         g = torch.Generator().manual_seed(seed)

@@ -179,6 +179,55 @@ def test_class3_zoo_member_probs_refuses_bad_seeds(seed):
         member_probs("Random Forest", x, torch.arange(20) % 2, x, seed=seed)
 
 
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"seed": 1.7}, "seed"),
+        ({"seed": -1}, "seed"),
+        ({"epochs": 2.5}, "epochs"),
+        ({"batch_size": 0}, "batch_size"),
+    ],
+    ids=["seed-float", "seed-negative", "epochs-float", "batch-0"],
+)
+def test_class3_train_autoencoder_validates_seed_and_counts(kwargs, name):
+    from bensemble.experiments.digits import train_autoencoder
+
+    args = {"latent_dim": 2, "epochs": 1, "seed": 0, **kwargs}
+    with pytest.raises(ValueError, match=f"`{name}`"):
+        train_autoencoder(torch.zeros(4, 1, 8, 8), **args)
+
+
+def test_class3_encode_refuses_a_zero_batch_size():
+    from bensemble.experiments.digits import ConvAutoEncoder, encode
+
+    with pytest.raises(ValueError, match="`batch_size`"):
+        encode(ConvAutoEncoder(side=8, latent_dim=2, channels=1), torch.zeros(4, 1, 8, 8), 0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [({"seed": -1}, "seed"), ({"seed": 2.5}, "seed"), ({"n_trees": 0}, "n_trees")],
+    ids=["seed-negative", "seed-float", "trees-0"],
+)
+def test_class3_forest_scores_validates_seed_and_trees(kwargs, name):
+    from bensemble.datasets import make_toy_gaussians
+    from bensemble.experiments.size import forest_scores
+
+    data = make_toy_gaussians(20, generator=torch.Generator().manual_seed(0))
+    args = {"min_samples_leaf": 1, "n_trees": 3, "n_bins": 2, "seed": 0, **kwargs}
+    with pytest.raises(ValueError, match=f"`{name}`"):
+        forest_scores(data.x, data.y, data, **args)
+
+
+@pytest.mark.parametrize("seed", [1.7, -1], ids=["float", "negative"])
+def test_class3_method_member_probs_refuses_bad_seeds(seed):
+    from bensemble.experiments._common import method_member_probs, zoo_settings
+
+    x, y = torch.randn(6, 2), torch.tensor([0, 1, 0, 1, 0, 1])
+    with pytest.raises(ValueError, match="`seed`"):
+        method_member_probs("EK-NN", x, y, x, settings=zoo_settings(True), seed=seed)
+
+
 # ============================================================================ class 4
 def test_class4_huge_n_bins_is_a_usage_error_not_an_allocation(tmp_path, capsys):
     pred, lab = _save_inputs(tmp_path)
