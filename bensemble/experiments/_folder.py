@@ -58,13 +58,15 @@ def check_report_folder(folder: Path, *, overwrite: bool, fn: str, option: str =
         raise ValueError(f"{fn}: {option} {folder} exists and is not a folder")
     if not folder.is_dir():
         return
-    entries = sorted(folder.iterdir())
+    with os.scandir(folder) as it:  # DirEntry types come from the listing itself: no races
+        entries = sorted(it, key=lambda e: e.name)
     if not entries:
         return
     foreign = [
         e.name
         for e in entries
-        if e.is_symlink() or not e.is_file() or e.suffix.lower() not in REPORT_SUFFIXES
+        if not e.is_file(follow_symlinks=False)
+        or os.path.splitext(e.name)[1].lower() not in REPORT_SUFFIXES
     ]
     if foreign:
         raise ValueError(
@@ -110,7 +112,18 @@ def commit_folder(stage: Path, target: Path, *, overwrite: bool, fn: str) -> Non
                 raise
         if not real.exists():
             continue  # another run moved it away meanwhile
-        check_report_folder(real, overwrite=overwrite, fn=fn)
+        try:
+            before = os.stat(real).st_ino
+            check_report_folder(real, overwrite=overwrite, fn=fn)
+        except FileNotFoundError:
+            continue  # moved away while we looked at it
+        except ValueError:
+            try:
+                if os.stat(real).st_ino != before:
+                    continue  # another run swapped its folder in while we looked
+            except FileNotFoundError:
+                continue
+            raise
         old = real.parent / f"{OLD_PREFIX}{real.name}-{uuid.uuid4().hex[:12]}"
         try:
             os.rename(real, old)

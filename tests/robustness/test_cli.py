@@ -449,3 +449,45 @@ def test_class5_failed_experiment_leaves_nothing_in_the_report_root(tmp_path, mo
     with pytest.raises(RuntimeError, match="diverged"):
         reproduce("toy", out=tmp_path / "o", quick=True, progress=False)
     assert not (tmp_path / "o").exists() or list((tmp_path / "o").iterdir()) == []
+
+
+def test_class5_reproduce_out_that_is_a_file_is_refused_before_training(
+    tmp_path, capsys, no_training
+):
+    (tmp_path / "taken").write_text("keep me")
+    argv = ["reproduce", "toy", "--quick", "--no-progress", "--out", tmp_path / "taken"]
+    code, _, err = _run(argv, capsys)
+    assert code == 2
+    assert "not a folder" in _one_error_line(err, "bensemble reproduce")
+    assert (tmp_path / "taken").read_text() == "keep me"
+
+
+def test_class5_concurrent_commits_leave_exactly_one_runs_files(tmp_path):
+    import threading
+
+    from bensemble.experiments.report import Report
+
+    out, runs = tmp_path / "r", 6
+    barrier = threading.Barrier(runs)
+    errors: list[BaseException] = []
+
+    def one_run(i: int) -> None:
+        try:
+            report = Report(out, staged=True, overwrite=True)
+            for j in range(3):
+                report.add_text(f"run{i}_{j}.txt", f"{i}\n")
+            barrier.wait()
+            report.commit()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one_run, args=(i,)) for i in range(runs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    names = sorted(p.name for p in out.iterdir())
+    owners = {name.split("_")[0] for name in names}
+    assert len(owners) == 1 and len(names) == 3, names
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]  # no staging or old folder left
