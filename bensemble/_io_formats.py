@@ -119,7 +119,9 @@ def read_npz(path: Path, key: str | None, name: str) -> np.ndarray:
     try:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-        if path.read_bytes()[:6] == b"\x93NUMPY":
+        with open(path, "rb") as handle:
+            magic = handle.read(6)
+        if magic == b"\x93NUMPY":
             raise InputError(f"{where} is a plain .npy array; rename it to .npy") from None
         raise InputError(f"{where} is not a valid .npz archive ({_brief(exc)})") from None
     with archive:
