@@ -26,7 +26,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
 
 demo: $(STAMP)
-	$(VENV)/bin/bensemble demo
+	$(VENV)/bin/bensemble demo --overwrite
 
 # Fashion-MNIST IDX files for `bensemble reproduce fashion` (Debian/Ubuntu, as root).
 data:

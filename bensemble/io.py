@@ -17,21 +17,34 @@ Supported formats (chosen by the file extension):
 
 Nothing here ever unpickles: an object array, or a ``.pt`` file that would need pickle to load,
 is refused with :class:`InputError`. Every failure -- a missing file, an unknown extension, a
-corrupt file, a wrong shape, NaN/inf, labels out of range -- raises :class:`InputError`, a
-:class:`ValueError` whose message is one line naming the file and the problem.
+corrupt or truncated file, a header claiming more data than the file holds (checked before
+anything is allocated), a sparse / meta / quantized tensor, a wrong shape, NaN/inf, labels out of
+range -- raises :class:`InputError`, a :class:`ValueError` whose message is one line naming the
+file and the problem. Valid non-native numpy data is converted: big-endian arrays to native byte
+order, ``longdouble`` to float64, wide unsigned integers to int64 (when every value fits).
+
+Probabilities keep the tolerance of the dtype they were saved in: float16 / bfloat16 rows are
+checked against the half-precision tolerance, then renormalised in float64, so every later check
+(at float64 tolerance) accepts them.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import zipfile
+import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from bensemble import _validation as V
+from bensemble._io_formats import (
+    InputError,
+    read_csv,
+    read_npy,
+    read_npz,
+    read_pt,
+    to_native_tensor,
+)
 
 __all__ = [
     "SUPPORTED_EXTENSIONS",
@@ -45,14 +58,9 @@ __all__ = [
 #: File extensions :func:`load_array` understands.
 SUPPORTED_EXTENSIONS = (".npy", ".npz", ".pt", ".pth", ".csv")
 _KEYED = (".npz", ".pt", ".pth")
-_INT_LITERAL = re.compile(r"[+-]?\d+")
-
-
-class InputError(ValueError):
-    """Bad input file or content; ``str(error)`` is a single line fit for a command-line error."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(" ".join(str(message).split()))
+#: Row-sum tolerance of the "these logits already look like probabilities" warning.
+_SIMPLEX_TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 1e-2}
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 def split_key(path: str | os.PathLike) -> tuple[Path, str | None]:
@@ -66,152 +74,6 @@ def split_key(path: str | os.PathLike) -> tuple[Path, str | None]:
     if sep and key and head.lower().endswith(_KEYED) and not Path(text).exists():
         return Path(head), key
     return Path(text), None
-
-
-def _load_npy(path: Path, name: str) -> np.ndarray:
-    with open(path, "rb") as handle:
-        magic = handle.read(6)
-    if magic[:2] == b"PK":  # an .npz archive saved under a .npy name
-        raise InputError(f"`{name}` file {path} is an .npz archive; rename it to .npz")
-    if magic != b"\x93NUMPY":
-        raise InputError(
-            f"`{name}` file {path} is not a .npy file (no NumPy header; a pickle is not trusted)"
-        )
-    try:
-        arr = np.load(path, allow_pickle=False)
-    except ValueError as exc:
-        if "pickle" in str(exc).lower():
-            raise InputError(
-                f"`{name}` file {path} holds a pickled object array, which is not trusted "
-                "(save a numeric array)"
-            ) from None
-        raise InputError(f"`{name}` file {path} is not a valid .npy file ({exc})") from None
-    except (OSError, EOFError) as exc:
-        raise InputError(f"`{name}` file {path} could not be read as .npy ({exc})") from None
-    return arr
-
-
-def _load_npz(path: Path, key: str | None, name: str) -> np.ndarray:
-    try:
-        archive = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
-        raise InputError(f"`{name}` file {path} is not a valid .npz archive ({exc})") from None
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise InputError(f"`{name}` file {path} is a plain .npy array; rename it to .npy")
-    with archive:
-        keys = list(archive.files)
-        if key is None:
-            if len(keys) != 1:
-                listed = ", ".join(keys) if keys else "none"
-                raise InputError(
-                    f"`{name}` file {path} holds {len(keys)} arrays ({listed}); "
-                    f"choose one with {path}:KEY"
-                )
-            key = keys[0]
-        elif key not in keys:
-            raise InputError(
-                f"`{name}` file {path} has no array {key!r} (it holds: {', '.join(keys)})"
-            )
-        try:
-            return archive[key]
-        except ValueError as exc:
-            if "pickle" in str(exc).lower():
-                raise InputError(
-                    f"`{name}` array {key!r} in {path} is a pickled object array, which is not "
-                    "trusted (save a numeric array)"
-                ) from None
-            raise InputError(f"`{name}` array {key!r} in {path} is unreadable ({exc})") from None
-        except (OSError, EOFError, zipfile.BadZipFile) as exc:
-            raise InputError(f"`{name}` array {key!r} in {path} is unreadable ({exc})") from None
-
-
-def _load_pt(path: Path, key: str | None, name: str) -> torch.Tensor:
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - torch raises UnpicklingError/RuntimeError/...
-        text = str(exc)
-        match = re.search(r"Unsupported global: GLOBAL (\S+)", text)
-        if match:
-            raise InputError(
-                f"`{name}` file {path} needs pickle to load {match.group(1)}, which is not "
-                "trusted (torch.load(weights_only=True) refused it); save plain tensors with "
-                "torch.save(tensor, path)"
-            ) from None
-        raise InputError(
-            f"`{name}` file {path} is not a valid .pt file "
-            "(torch.load(weights_only=True) could not read it)"
-        ) from None
-    if isinstance(obj, torch.Tensor):
-        if key is not None:
-            raise InputError(f"`{name}` file {path} holds a single tensor, not a dict with {key!r}")
-        return obj
-    if isinstance(obj, dict):
-        tensors = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}
-        if key is not None:
-            if key not in tensors:
-                listed = ", ".join(map(str, tensors)) or "none"
-                raise InputError(
-                    f"`{name}` file {path} has no tensor {key!r} (its tensors: {listed})"
-                )
-            return tensors[key]
-        if len(tensors) != 1:
-            listed = ", ".join(map(str, tensors)) or "none"
-            raise InputError(
-                f"`{name}` file {path} holds a dict with {len(tensors)} tensors ({listed}); "
-                f"choose one with {path}:KEY"
-            )
-        return next(iter(tensors.values()))
-    if isinstance(obj, (list, tuple)) and obj and all(isinstance(t, torch.Tensor) for t in obj):
-        shapes = {tuple(t.shape) for t in obj}
-        if len(shapes) != 1:
-            raise InputError(
-                f"`{name}` file {path} holds a list of tensors with different shapes "
-                f"({', '.join(str(s) for s in sorted(shapes))})"
-            )
-        return torch.stack(list(obj))
-    raise InputError(
-        f"`{name}` file {path} must hold a tensor, a dict of tensors or a list of tensors "
-        f"(got {type(obj).__name__})"
-    )
-
-
-def _load_csv(path: Path, name: str) -> np.ndarray:
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"`{name}` file {path} could not be read as text ({exc})") from None
-    rows: list[list[str]] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        cells = [c.strip() for c in line.split(",")]
-        if rows and len(cells) != len(rows[0]):
-            raise InputError(
-                f"`{name}` file {path} line {lineno} has {len(cells)} columns, "
-                f"expected {len(rows[0])} like the first line"
-            )
-        rows.append(cells)
-    if not rows:
-        raise InputError(f"`{name}` file {path} is empty")
-    flat = [c for row in rows for c in row]
-    if all(_INT_LITERAL.fullmatch(c) for c in flat):
-        return np.array([[int(c) for c in row] for row in rows], dtype=np.int64)
-    try:
-        return np.array([[float(c) for c in row] for row in rows], dtype=np.float64)
-    except ValueError:
-        bad = next(c for c in flat if not _is_float(c))
-        raise InputError(
-            f"`{name}` file {path} must be a header-less table of numbers separated by commas "
-            f"(found {bad[:30]!r})"
-        ) from None
-
-
-def _is_float(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def load_array(path: str | os.PathLike, *, name: str) -> torch.Tensor:
@@ -243,24 +105,14 @@ def load_array(path: str | os.PathLike, *, name: str) -> torch.Tensor:
     if key is not None and ext not in _KEYED:
         raise InputError(f"`{name}`: a :KEY suffix is only allowed on .npz and .pt files")
     if ext == ".npy":
-        data: np.ndarray | torch.Tensor = _load_npy(file, name)
+        data = read_npy(file, name)
     elif ext == ".npz":
-        data = _load_npz(file, key, name)
+        data = read_npz(file, key, name)
     elif ext == ".csv":
-        data = _load_csv(file, name)
+        data = read_csv(file, name)
     else:
-        data = _load_pt(file, key, name)
-    if isinstance(data, np.ndarray):
-        if data.dtype == object:
-            raise InputError(f"`{name}` file {file} holds an object array (must be numeric)")
-        if data.dtype.kind not in "biuf":
-            raise InputError(f"`{name}` file {file} must hold numbers (got dtype {data.dtype})")
-        if data.dtype.kind == "u" and data.dtype.itemsize > 1:
-            data = data.astype(np.int64)
-        data = torch.from_numpy(np.ascontiguousarray(data))
-    if data.is_complex():
-        raise InputError(f"`{name}` file {file} must hold real numbers (got dtype {data.dtype})")
-    return data.detach().cpu()
+        data = read_pt(file, key, name)
+    return to_native_tensor(data, f"`{name}` file {file}")
 
 
 def _check(fn, *args, **kwargs):
@@ -304,7 +156,7 @@ def load_predictions(
     t = load_array(path, name=name)
     if t.dtype == torch.bool:
         raise InputError(f"{fn}: `{name}` must hold probabilities or logits (got dtype bool)")
-    if members_axis not in (0, 1):
+    if isinstance(members_axis, bool) or members_axis not in (0, 1):
         raise InputError(f"{fn}: `members_axis` must be 0 or 1 (got {members_axis!r})")
     if members is not None:
         members = _check(V.check_positive_int, members, "members", fn)
@@ -328,7 +180,46 @@ def load_predictions(
         raise InputError(
             f"{fn}: `{name}` must be 2-D [N, K] or 3-D [M, N, K] (got shape {tuple(t.shape)})"
         )
-    return _check(V.as_member_probs, t, name, fn, from_logits=logits)
+    warned = logits and _on_simplex(t)
+    if warned:
+        warnings.warn(
+            f"{fn}: `{name}` rows already lie on the probability simplex (in [0, 1], summing "
+            "to 1), so logits=True applies a softmax to probabilities - a second softmax that "
+            "flattens them; leave logits out if these are probabilities",
+            UserWarning,
+            stacklevel=2,
+        )
+    original = t.dtype
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        probs = _check(V.as_member_probs, t, name, fn, from_logits=logits)
+    for w in caught:  # the checker's own "these look like probabilities" is said above
+        if not (warned and issubclass(w.category, UserWarning)):
+            warnings.warn(w.message, w.category, stacklevel=2)
+    return renormalised(probs, original)
+
+
+def _on_simplex(t: torch.Tensor) -> bool:
+    """Every row in [0, 1] and summing to 1 within the tolerance of ``t``'s dtype."""
+    if t.numel() == 0 or t.shape[-1] < 2:
+        return False
+    x = t.to(torch.float64)
+    if not bool(torch.isfinite(x).all()) or float(x.min()) < 0.0 or float(x.max()) > 1.0:
+        return False
+    deviation = float((x.sum(-1) - 1.0).abs().max())
+    return deviation <= _SIMPLEX_TOLERANCE.get(t.dtype, V.SUM_TOLERANCE)
+
+
+def renormalised(probs: torch.Tensor, original: torch.dtype) -> torch.Tensor:
+    """float64 probabilities validated at ``original``'s tolerance, rows renormalised to sum 1.
+
+    float16 / bfloat16 rows pass their own (looser) tolerance; once in float64 they would fail
+    the float64 one of every later check, so they are divided by their sums (a change of at most
+    the half-precision rounding already accepted). Other dtypes are returned unchanged.
+    """
+    if original in _LOW_PRECISION:
+        return probs / probs.sum(-1, keepdim=True)
+    return probs
 
 
 def load_labels(

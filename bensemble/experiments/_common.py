@@ -36,7 +36,10 @@ from bensemble._validation import (
     as_labels,
     check_positive_int,
 )
-from bensemble.experiments.report import Report, format_table, format_value
+from bensemble.experiments._folder import check_out_text
+from bensemble.experiments._options import check_count, check_seed
+from bensemble.experiments._plotting import bar_figure, line_figure
+from bensemble.experiments.report import Report, environment, format_table, format_value
 from bensemble.experiments.zoo import ZooSettings, member_probs
 from bensemble.methods import EvidentialKNN
 from bensemble.metrics import (
@@ -80,6 +83,8 @@ ECE_BINS = 15
 #: Marker of a missing paper value (the text gives no number).
 NA = "n/a"
 SD_SUFFIX = " sd"
+#: Staged reports of the experiment now running; ``reproduce`` discards them if it fails.
+OPEN_REPORTS: list[Report] = []
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,11 @@ class RunOptions:
         quick: tiny settings (seconds) for tests.
         progress: tqdm progress bars on stderr.
         extra: experiment-specific options (``features``, ``n_train``, ``data_dir``).
+        overwrite: replace an earlier report in ``out/<experiment>`` (a folder holding anything
+            but report files is never replaced).
+
+    Every field is checked on construction (``ValueError``): a seed is an integer in
+    ``[0, 2**32 - repeats]`` (never a bool or a float), ``repeats`` a positive integer.
     """
 
     seed: int = 0
@@ -101,6 +111,21 @@ class RunOptions:
     quick: bool = False
     progress: bool = True
     extra: Mapping[str, Any] = field(default_factory=dict)
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        fn = "RunOptions"
+        if self.repeats is not None:
+            check_count(self.repeats, "repeats", fn)
+        check_seed(self.seed, "seed", fn, span=self.repeats or 1)
+        for name in ("quick", "progress", "overwrite"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(
+                    f"{fn}: `{name}` must be True or False (got {getattr(self, name)!r})"
+                )
+        check_out_text(self.out, fn, option="`out`")
+        if not isinstance(self.extra, Mapping):
+            raise ValueError(f"{fn}: `extra` must be a mapping (got {type(self.extra).__name__})")
 
     def n_repeats(self, default: int) -> int:
         """The number of repeats: as given, else ``default`` (1 with ``quick``)."""
@@ -111,8 +136,14 @@ class RunOptions:
         return check_positive_int(value, "repeats", "bensemble reproduce")
 
     def report(self, name: str) -> Report:
-        """The experiment's report folder ``out/<name>``."""
-        return Report(Path(self.out) / name)
+        """The experiment's report folder ``out/<name>``, staged: :func:`finish` swaps it in.
+
+        The folder is checked now (before any training): an earlier report there needs
+        ``overwrite``; a folder holding anything else is refused.
+        """
+        report = Report(Path(self.out) / name, staged=True, overwrite=self.overwrite)
+        OPEN_REPORTS.append(report)
+        return report
 
 
 @dataclass
@@ -137,8 +168,9 @@ class ExperimentResult:
 # ----------------------------------------------------------------------------- repeats
 def repeat_seeds(seed: int, repeats: int) -> list[int]:
     """Seeds of ``repeats`` independent repetitions: ``seed, seed + 1, ...``."""
-    repeats = check_positive_int(repeats, "repeats", "repeat_seeds")
-    return [int(seed) + r for r in range(repeats)]
+    repeats = check_count(repeats, "repeats", "repeat_seeds")
+    seed = check_seed(seed, "seed", "repeat_seeds", span=repeats)
+    return [seed + r for r in range(repeats)]
 
 
 def mean_sd(values: Iterable[float | None]) -> tuple[float, float | None]:
@@ -251,6 +283,7 @@ def binary_scores(
         bins on the mean prediction), ``eece`` and optionally ``tece`` and ``gap``.
     """
     fn = "binary_scores"
+    seed = check_seed(seed, "seed", fn)
     p = torch.as_tensor(member_probs)
     if p.ndim == 3:
         if p.shape[-1] != 2:
@@ -302,6 +335,7 @@ def method_member_probs(
     Returns:
         ``(member_probs [H, N, K] float64, note or None)``.
     """
+    seed = check_seed(seed, "seed", "method_member_probs")
     n_train = len(y_train)
     if method == "EK-NN" and n_train < EKNN_NEIGHBOURS:
         g = torch.Generator().manual_seed(seed)
@@ -379,94 +413,30 @@ def finish(
     tables: dict[str, list[dict[str, Any]]],
     watch: Stopwatch,
     printer: Printer,
+    options: RunOptions | None = None,
 ) -> ExperimentResult:
-    """Print the elapsed time and the report folder; build the result."""
-    elapsed = watch.elapsed
-    printer(f"{name}: {elapsed:.1f} s elapsed; report written to {report.out_dir}/")
-    report.add_text("elapsed.txt", f"{elapsed:.1f}\n")
-    return ExperimentResult(name, tables, list(report.files), elapsed, printer.text)
+    """Write ``elapsed.txt`` and ``summary.json``, swap the report folder in, build the result.
 
-
-# ----------------------------------------------------------------------------- figures
-def line_figure(
-    series: Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float | None] | None]],
-    *,
-    xlabel: str,
-    ylabel: str,
-    title: str,
-    logx: bool = False,
-    logy: bool = False,
-    reference: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
-) -> Any:
-    """Lines with optional error bars, plus optional reference markers (the paper's values).
-
-    Args:
-        series: label -> ``(x, y, yerr or None)``.
-        xlabel, ylabel, title: axis labels and title.
-        logx, logy: log-scaled axes.
-        reference: label -> ``(x, y)`` drawn as hollow markers.
-
-    Returns:
-        The matplotlib Figure.
+    ``summary.json`` holds the experiment, its options (when given), the elapsed time, the
+    versions (:func:`~bensemble.experiments.report.environment`) and the list of files.
     """
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.0, 4.0))
-    for label, (x, y, err) in series.items():
-        yerr = None
-        if err is not None and any(e is not None for e in err):
-            yerr = [0.0 if e is None else float(e) for e in err]
-        ax.errorbar(list(x), list(y), yerr=yerr, marker="o", capsize=3, label=label)
-    for label, (x, y) in (reference or {}).items():
-        ax.plot(
-            list(x),
-            list(y),
-            linestyle="none",
-            marker="s",
-            markersize=9,
-            markerfacecolor="none",
-            color="black",
-            label=label,
-        )
-    if logx:
-        ax.set_xscale("log")
-    if logy:
-        ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    return fig
-
-
-def bar_figure(
-    categories: Sequence[str],
-    bars: Mapping[str, tuple[Sequence[float], Sequence[float | None] | None]],
-    *,
-    ylabel: str,
-    title: str,
-) -> Any:
-    """Grouped bars per category: label -> ``(heights, errors or None)``; NaN heights are gaps."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(categories) + 2), 4.2))
-    width = 0.8 / max(len(bars), 1)
-    for i, (label, (heights, err)) in enumerate(bars.items()):
-        xs = [j + (i - (len(bars) - 1) / 2) * width for j in range(len(categories))]
-        yerr = None
-        if err is not None and any(e is not None for e in err):
-            yerr = [0.0 if e is None else float(e) for e in err]
-        ax.bar(xs, [float(h) for h in heights], width=width, yerr=yerr, capsize=2, label=label)
-    ax.set_xticks(range(len(categories)))
-    ax.set_xticklabels(categories, rotation=35, ha="right")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(True, axis="y", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    return fig
+    elapsed = watch.elapsed
+    report.add_text("elapsed.txt", f"{elapsed:.1f}\n")
+    summary: dict[str, Any] = {"experiment": name}
+    if options is not None:
+        summary["options"] = {
+            "seed": options.seed,
+            "repeats": options.repeats,
+            "quick": options.quick,
+            "extra": dict(options.extra),
+        }
+    summary["elapsed_s"] = round(elapsed, 2)
+    summary["versions"] = environment()
+    summary["files"] = sorted({p.name for p in report.files} | {"summary.json"})
+    report.add_json("summary", summary)
+    report.commit()
+    printer(f"{name}: {elapsed:.1f} s elapsed; report written to {report.out_dir}/")
+    return ExperimentResult(name, tables, list(report.files), elapsed, printer.text)
 
 
 def columns_of(rows: Sequence[Mapping[str, Any]], column: str) -> list[Any]:

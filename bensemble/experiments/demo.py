@@ -38,19 +38,32 @@ beside the true per-x error ``E_h[(eta(x) - h(x))^2]`` (the paper's figures 2 an
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
-import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from bensemble.experiments.report import Report, format_table
+from bensemble.experiments._folder import check_out_text, check_report_folder
+from bensemble.experiments._options import check_count, check_seed
+from bensemble.experiments.demo_figures import (
+    FIGURE_METHODS,
+    epistemic_figure,
+    figure_runs,
+    maps_figure,
+    reliability_figure,
+)
+from bensemble.experiments.demo_protocol import (
+    ALPHA,
+    ECE_BINS,
+    _eece_bins,
+    _evaluate_method,
+    _MethodRun,
+)
+from bensemble.experiments.report import Report, environment, format_table
 
 if TYPE_CHECKING:
     from bensemble.experiments.zoo import ZooSettings
@@ -65,19 +78,12 @@ __all__ = [
     "run_demo_command",
 ]
 
-#: Conformal miscoverage level of the tables.
-ALPHA = 0.1
-#: Bins of the (top-label, equal-width) ECE and of the reliability diagrams.
-ECE_BINS = 15
 #: The digit the binary-only methods separate from the other nine.
 ONE_VS_ALL_DIGIT = 8
 #: Methods whose members are 10-class on digits.
 DIGITS_MULTICLASS = ("DropConnect", "Random Forest", "MC-Dropout", "Deep Ensemble", "Bayesian Deep")
 #: Binary-only methods, run one-vs-all on digits.
 DIGITS_BINARY_ONLY = ("Centroids", "Bayesian Log. Reg.", "Likelihood", "EK-NN")
-#: Methods drawn in the figures (those that ran, at most four per dataset).
-FIGURE_METHODS = ("Deep Ensemble", "MC-Dropout", "Random Forest", "EK-NN")
-_TINY = torch.finfo(torch.float64).tiny
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,12 @@ class DemoConfig:
     digits_methods: tuple[str, ...] = DIGITS_MULTICLASS
     digits_binary_methods: tuple[str, ...] = DIGITS_BINARY_ONLY
     settings: ZooSettings | None = None
+
+    def __post_init__(self) -> None:
+        fn = "DemoConfig"
+        for name in ("toy_train", "toy_calibration", "toy_test"):
+            check_count(getattr(self, name), name, fn, minimum=2)
+        check_count(self.grid_per_axis, "grid_per_axis", fn, minimum=2)
 
     @classmethod
     def quick(cls) -> DemoConfig:
@@ -134,120 +146,6 @@ class DemoResult:
     summary: dict[str, Any]
     files: list[Path]
     elapsed: float
-
-
-@dataclass
-class _MethodRun:
-    """One method's rows plus what its figures need (test split only)."""
-
-    label: str
-    rows: list[dict[str, Any]]
-    fit: dict[str, Any]
-    labels: torch.Tensor
-    probs: dict[str, torch.Tensor]
-    details: dict[str, Any]
-    maps: dict[str, torch.Tensor] | None = None
-
-
-# ----------------------------------------------------------------------------- evaluation
-def _eece_bins(n: int) -> int:
-    """About ``sqrt(n)`` K-means bins (at least 5, at most 100): ~20-45 points per bin here."""
-    return max(5, min(100, round(math.sqrt(n))))
-
-
-def _stage(
-    members: torch.Tensor,
-    pooled: torch.Tensor,
-    labels: torch.Tensor,
-    sets: torch.Tensor,
-    eta: torch.Tensor | None,
-    seed: int,
-) -> tuple[dict[str, Any], Any]:
-    """Test metrics of one stage; ``members [H, n, K]``, ``pooled [n, K]``, ``sets [n, K]``."""
-    from bensemble import metrics as M
-    from bensemble.conformal import coverage, mean_set_size
-
-    binary = members.shape[-1] == 2
-    details = M.expected_epistemic_calibration_error(
-        members[..., 1] if binary else members,
-        labels,
-        n_bins=_eece_bins(labels.shape[0]),
-        seed=seed,
-        return_details=True,
-        binary=binary,
-    )
-    row: dict[str, Any] = {
-        "accuracy": M.accuracy(pooled, labels),
-        "NLL": M.negative_log_likelihood(pooled, labels),
-        "Brier": M.brier_score(pooled, labels),
-        "ECE": M.expected_calibration_error(pooled, labels, n_bins=ECE_BINS),
-        "EECE": details.value,
-    }
-    if eta is not None:
-        row["TECE"] = M.true_epistemic_calibration_error(members[..., 1], eta, binary=True)
-    row["coverage"] = coverage(sets, labels)
-    row["set_size"] = mean_set_size(sets)
-    return row, details
-
-
-def _evaluate_method(
-    label: str,
-    members: torch.Tensor,
-    n_cal: int,
-    y_cal: torch.Tensor,
-    y_test: torch.Tensor,
-    parts: Any,
-    *,
-    eta_test: torch.Tensor | None,
-    seed: int,
-) -> _MethodRun:
-    """Scale, calibrate and score one method; ``members [H, n_cal + n_test, K]``."""
-    from bensemble.calibration import CalibrationFitError, TemperatureScaling
-    from bensemble.conformal import SplitConformalClassifier
-
-    n_test = y_test.shape[0]
-    members = members[:, : n_cal + n_test]
-    pooled = members.mean(0)
-    log_pooled = pooled.clamp_min(_TINY).log()
-    t_idx, c_idx = parts.temperature, parts.conformal
-    fit: dict[str, Any] = {
-        "temperature": None,
-        "converged": None,
-        "nll_fit_before": float(F.cross_entropy(log_pooled[:n_cal][t_idx], y_cal[t_idx])),
-        "nll_fit_after": None,
-        "note": None,
-    }
-    stages = {"before": (members, pooled)}
-    scaler = TemperatureScaling(on_boundary="warn")
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            scaler.fit(log_pooled[:n_cal][t_idx], y_cal[t_idx])
-    except CalibrationFitError as exc:
-        fit["note"] = f"temperature not fitted: {' '.join(str(exc).split())}"
-    else:
-        notes = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
-        fit["note"] = " ".join(" ".join(notes).split()) or None
-        fit.update(
-            temperature=float(scaler.temperature.item()),
-            converged=bool(scaler.converged_),
-            nll_fit_after=float(scaler.nll_),
-        )
-        with torch.no_grad():
-            scaled_members = scaler(members.clamp_min(_TINY).log()).softmax(-1)
-            scaled_pooled = scaler(log_pooled).softmax(-1)
-        stages["after"] = (scaled_members, scaled_pooled)
-
-    rows, probs, details = [], {}, {}
-    for stage, (m, p) in stages.items():
-        generator = torch.Generator().manual_seed(seed)
-        cp = SplitConformalClassifier("lac", alpha=ALPHA, generator=generator)
-        sets = cp.calibrate(p[:n_cal][c_idx], y_cal[c_idx]).predict_set(p[n_cal:])
-        scores, details[stage] = _stage(m[:, n_cal:], p[n_cal:], y_test, sets, eta_test, seed)
-        temperature = fit["temperature"] if stage == "after" else None
-        rows.append({"method": label, "stage": stage, "T": temperature, **scores})
-        probs[stage] = p[n_cal:]
-    return _MethodRun(label, rows, fit, y_test, probs, details)
 
 
 # ----------------------------------------------------------------------------- datasets
@@ -333,64 +231,6 @@ def _digits_runs(config: DemoConfig, seed: int, settings: ZooSettings, bar: Any)
     return runs, setup
 
 
-# ----------------------------------------------------------------------------- figures
-def _dedupe_legend(ax: Any) -> None:
-    handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles))
-    ax.legend(unique.values(), unique.keys(), loc="lower right", fontsize="small")
-
-
-def _reliability_figure(runs: list[_MethodRun]) -> Any:
-    import matplotlib.pyplot as plt
-
-    from bensemble.plots import ReliabilityDisplay
-
-    fig, axes = plt.subplots(1, len(runs), figsize=(4.5 * len(runs), 4.5), squeeze=False)
-    for ax, run in zip(axes[0], runs):
-        for stage, probs in run.probs.items():
-            name = stage if stage == "before" else f"after (T = {run.fit['temperature']:.3f})"
-            ReliabilityDisplay.from_predictions(probs, run.labels, n_bins=ECE_BINS, name=name).plot(
-                ax=ax, show_counts=False
-            )
-        _dedupe_legend(ax)
-        ax.set_title(run.label)
-        ax.set_xlabel("Confidence")
-    fig.tight_layout()
-    return fig
-
-
-def _epistemic_figure(runs: list[_MethodRun]) -> Any:
-    import matplotlib.pyplot as plt
-
-    from bensemble.plots import EpistemicReliabilityDisplay
-
-    fig, axes = plt.subplots(2, len(runs), figsize=(4.5 * len(runs), 9), squeeze=False)
-    for j, run in enumerate(runs):
-        for i, stage in enumerate(("before", "after")):
-            ax = axes[i, j]
-            if stage not in run.details:
-                ax.set_visible(False)
-                continue
-            EpistemicReliabilityDisplay.from_details(run.details[stage], name=stage).plot(ax=ax)
-            ax.set_title(f"{run.label}: {stage} scaling", fontsize="medium")
-            ax.set_xlabel("reported EU (bin mean)")
-            ax.set_ylabel("members' squared error")
-    fig.tight_layout()
-    return fig
-
-
-def _maps_figure(runs: list[_MethodRun], grid_x: torch.Tensor, x_train, y_train) -> Any:
-    from bensemble.plots import plot_toy_maps
-
-    panels = {f"{run.label}: {key}": value for run in runs for key, value in run.maps.items()}
-    return plot_toy_maps(grid_x, panels, ncols=2, points=x_train, point_labels=y_train)
-
-
-def _figure_runs(runs: list[_MethodRun]) -> list[_MethodRun]:
-    chosen = [r for r in runs if r.label.split(" (")[0] in FIGURE_METHODS]
-    return chosen[:4] or runs[:1]
-
-
 # ----------------------------------------------------------------------------- the run
 def _print(text: str = "") -> None:
     tqdm.write(text, file=sys.stdout)
@@ -410,11 +250,6 @@ def _check_config(config: DemoConfig, known: tuple[str, ...]) -> None:
             )
 
 
-def _check_out(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} exists and is not a folder")
-
-
 def run_demo(
     *,
     quick: bool = False,
@@ -422,29 +257,33 @@ def run_demo(
     out: str | Path = "bensemble-report",
     progress: bool = True,
     config: DemoConfig | None = None,
+    overwrite: bool = False,
 ) -> DemoResult:
     """Run the demo: train, scale, evaluate, print the tables and write the report folder.
 
     Args:
         quick: the sub-30-second version (:meth:`DemoConfig.quick`); ignored with ``config``.
         seed: seeds the data draws / splits, the training and the member sampling.
-        out: report folder (created if missing; existing files of the same names are replaced).
+        out: report folder. The files are staged beside it and swapped in at the end, so it
+            holds exactly this run's files; an earlier report there is replaced only with
+            ``overwrite``, and a folder holding anything else is refused.
         progress: tqdm bars (on stderr) over methods and training epochs.
         config: explicit sizes and methods.
+        overwrite: replace an earlier report in ``out``.
 
     Returns:
         A :class:`DemoResult`.
 
     Raises:
-        ValueError: ``out`` is an existing file.
+        ValueError: a bad ``seed``, ``out`` or ``config``, found before anything is trained.
 
     torch runs single-threaded meanwhile (restored afterwards): the networks are tiny, and on a
     shared 2-core machine intra-op threads made training about 10x slower in our measurements.
     The global RNG is restored afterwards too.
     """
     start = time.perf_counter()
-    out = Path(out)
-    _check_out(out)
+    seed = check_seed(seed, "seed", "run_demo")
+    out = check_out_text(out, "run_demo", option="`out`")
     from bensemble.experiments.zoo import PAPER_ORDER, ZooSettings
 
     config = config or (DemoConfig.quick() if quick else DemoConfig())
@@ -452,10 +291,11 @@ def run_demo(
     settings = replace(config.settings or ZooSettings(), progress=progress)
     n_toy = len(PAPER_ORDER if config.toy_methods is None else config.toy_methods)
     total = n_toy + len(config.digits_methods) + len(config.digits_binary_methods)
-    report = Report(out)
+    report = Report(out, staged=True, overwrite=overwrite)  # checks the folder now
     threads = torch.get_num_threads()
     tables: dict[str, list[dict[str, Any]]] = {}
     summary: dict[str, Any] = {"seed": seed, "quick": quick, "alpha": ALPHA, "ece_bins": ECE_BINS}
+    summary["versions"] = environment()
     summary["settings"] = {k: v for k, v in vars(settings).items() if k != "progress"}
     try:
         torch.set_num_threads(1)
@@ -470,12 +310,12 @@ def run_demo(
                 f"at alpha = {ALPHA}"
             )
             tables["toy"] = _emit(report, "toy", title, toy_setup, toy_runs)
-            fig_runs = _figure_runs(toy_runs)
-            report.add_figure("toy_reliability", _reliability_figure(fig_runs))
-            report.add_figure("toy_epistemic_reliability", _epistemic_figure(fig_runs))
+            fig_runs = figure_runs(toy_runs)
+            report.add_figure("toy_reliability", reliability_figure(fig_runs))
+            report.add_figure("toy_epistemic_reliability", epistemic_figure(fig_runs))
             map_runs = [r for r in fig_runs if r.maps is not None]
             if map_runs:
-                report.add_figure("toy_eu_maps", _maps_figure(map_runs, grid_x, x_tr, y_tr))
+                report.add_figure("toy_eu_maps", maps_figure(map_runs, grid_x, x_tr, y_tr))
             summary["toy"] = {"setup": toy_setup, "fits": {r.label: r.fit for r in toy_runs}}
 
             digit_runs, digit_setup = _digits_runs(config, seed, settings, bar)
@@ -485,20 +325,23 @@ def run_demo(
                 f"conformal sets at alpha = {ALPHA}"
             )
             tables["digits"] = _emit(report, "digits", title, digit_setup, digit_runs)
-            fig_runs = _figure_runs(digit_runs)
-            report.add_figure("digits_reliability", _reliability_figure(fig_runs))
-            report.add_figure("digits_epistemic_reliability", _epistemic_figure(fig_runs))
+            fig_runs = figure_runs(digit_runs)
+            report.add_figure("digits_reliability", reliability_figure(fig_runs))
+            report.add_figure("digits_epistemic_reliability", epistemic_figure(fig_runs))
             summary["digits"] = {
                 "setup": digit_setup,
                 "fits": {r.label: r.fit for r in digit_runs},
             }
+        elapsed = time.perf_counter() - start
+        summary["elapsed_s"] = round(elapsed, 2)
+        summary["files"] = sorted(p.name for p in report.files) + ["summary.json"]
+        report.add_json("summary", summary)
+        report.commit()
+    except BaseException:
+        report.discard()
+        raise
     finally:
         torch.set_num_threads(threads)
-
-    elapsed = time.perf_counter() - start
-    summary["elapsed_s"] = round(elapsed, 2)
-    summary["files"] = sorted(p.name for p in report.files) + ["summary.json"]
-    report.add_json("summary", summary)
     _print(f"\nreport: {len(report.files)} files in {out}/")
     _print(f"elapsed: {elapsed:.1f} s")
     return DemoResult(tables=tables, summary=summary, files=list(report.files), elapsed=elapsed)
@@ -533,24 +376,31 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="a sub-30-second version (for tests)")
     p.add_argument("--seed", type=int, default=0, help="seed of data, training and sampling (0)")
     p.add_argument("--out", default="bensemble-report", help="report folder (bensemble-report)")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier report in --out (a folder holding other files is never replaced)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
 
 
 def run_demo_command(args: argparse.Namespace) -> int:
-    """Run ``bensemble demo`` for parsed ``args``; returns the exit status."""
-    if args.seed < 0:
-        print(f"bensemble demo: error: `--seed` must be >= 0 (got {args.seed})", file=sys.stderr)
-        return 2
-    try:
-        _check_out(Path(args.out))
-    except ValueError as exc:
-        print(f"bensemble demo: error: {exc}", file=sys.stderr)
-        return 2
+    """Run ``bensemble demo`` for parsed ``args``; returns the exit status.
+
+    Every option is checked before anything is trained; a bad one raises ``ValueError``, which
+    the command line prints as one line with exit status 2.
+    """
+    prog = "bensemble demo"
+    seed = check_seed(args.seed, "--seed", prog)
+    out = check_out_text(args.out, prog)
+    overwrite = bool(getattr(args, "overwrite", False))
+    check_report_folder(out, overwrite=overwrite, fn=prog)
     run_demo(
         quick=args.quick,
-        seed=args.seed,
-        out=args.out,
+        seed=seed,
+        out=out,
         progress=not getattr(args, "no_progress", False),
+        overwrite=overwrite,
     )
     return 0

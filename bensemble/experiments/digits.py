@@ -47,6 +47,7 @@ from bensemble.experiments._common import (
     single_thread,
     zoo_settings,
 )
+from bensemble.experiments._options import check_count, check_seed
 from bensemble.experiments.zoo import PAPER_ORDER, ZooSettings, member_probs
 
 __all__ = [
@@ -192,11 +193,14 @@ def train_autoencoder(
     The initialisation and the batch order come from ``seed``; the global RNG is restored.
     Returns the auto-encoder in eval mode.
     """
+    fn = "train_autoencoder"
+    latent_dim = check_count(latent_dim, "latent_dim", fn)
+    epochs = check_count(epochs, "epochs", fn, minimum=0)
+    batch_size = check_count(batch_size, "batch_size", fn)
+    seed = check_seed(seed, "seed", fn)
     x = torch.as_tensor(images, dtype=torch.float32)
     if x.ndim != 4 or x.shape[2] != x.shape[3]:
-        raise ValueError(
-            f"train_autoencoder: `images` must have shape [N, C, S, S] (got {list(x.shape)})"
-        )
+        raise ValueError(f"{fn}: `images` must have shape [N, C, S, S] (got {list(x.shape)})")
     order = torch.Generator().manual_seed(seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -219,6 +223,7 @@ def train_autoencoder(
 
 def encode(ae: ConvAutoEncoder, images: torch.Tensor, batch_size: int = 2048) -> torch.Tensor:
     """Latent codes ``[N, latent_dim]`` (float32) of ``images [N, C, S, S]``."""
+    batch_size = check_count(batch_size, "batch_size", "encode")
     x = torch.as_tensor(images, dtype=torch.float32)
     with torch.no_grad():
         return torch.cat([ae.encoder(b) for b in x.split(batch_size)])
@@ -243,6 +248,7 @@ def one_vs_all_records(
     Returns:
         One record per (task, method): ``task``, ``method``, ``accuracy``, ``ece``, ``eece``.
     """
+    seed = check_seed(seed, "seed", "one_vs_all_records")
     records = []
     jobs = [(k, name, m) for k, name in tasks for m in PAPER_ORDER]
     for k, name, method in progress_bar(jobs, desc=desc, enabled=progress):
@@ -412,4 +418,4 @@ def run(options: RunOptions) -> ExperimentResult:
             )
     tables = summarize_one_vs_all(records, [n for _, n in tasks], paper_by_task=list(classes))
     write_one_vs_all("digits", tables, report, printer, paper_label="paper MNIST")
-    return finish("digits", report, tables, watch, printer)
+    return finish("digits", report, tables, watch, printer, options)

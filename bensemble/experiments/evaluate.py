@@ -40,8 +40,11 @@ from typing import Any
 import torch
 
 from bensemble import _validation as V
-from bensemble.experiments.report import Report, format_table, to_json
-from bensemble.io import InputError, load_labels, load_predictions, split_key
+from bensemble.experiments._folder import check_out_text, check_report_folder
+from bensemble.experiments._options import check_seed
+from bensemble.experiments.evaluate_report import planned_files, write_evaluation
+from bensemble.experiments.report import format_table, to_json
+from bensemble.io import InputError, load_labels, load_predictions, renormalised, split_key
 
 __all__ = [
     "Evaluation",
@@ -54,6 +57,9 @@ __all__ = [
 ]
 
 PROG = "bensemble evaluate"
+DEFAULT_OUT = "bensemble-report"
+#: Most ECE bins the command accepts (far beyond any sample size it can score in memory).
+MAX_BINS = 10**6
 CONFORMAL_SCORES = ("lac", "aps", "raps")
 
 
@@ -130,15 +136,16 @@ def split_indices(
 
     fn = "split_indices"
     fraction = V.check_probability(fraction, "calibration_split", fn)
+    seed = check_seed(seed, "seed", fn)
     n_cal = round(fraction * n)
     if n_cal < 2 or n - n_cal < 1:
         raise ValueError(
             f"{fn}: `calibration_split` must leave at least 2 calibration samples and 1 test "
             f"sample (got {fraction!r} of {n} samples: {n_cal} calibration, {n - n_cal} test)"
         )
-    perm = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     cal, test = perm[:n_cal], perm[n_cal:]
-    halves = split_calibration(torch.zeros(n_cal, dtype=torch.int64), seed=int(seed))
+    halves = split_calibration(torch.zeros(n_cal, dtype=torch.int64), seed=seed)
     return cal[halves.temperature], cal[halves.conformal], test
 
 
@@ -197,7 +204,7 @@ def evaluate_predictions(
     """
     fn = "evaluate_predictions"
     p = V.to_tensor(member_probs, "member_probs", fn)
-    p = V.as_probs(p, "member_probs", fn, ndim=(2, 3))
+    p = renormalised(V.as_probs(p, "member_probs", fn, ndim=(2, 3)), p.dtype)
     if p.ndim == 2:
         p = p.unsqueeze(0)
     m, n, k = p.shape
@@ -208,8 +215,7 @@ def evaluate_predictions(
         eece_bins = V.check_n_bins(eece_bins, fn, name="eece_bins")
     eece_seeds = V.check_positive_int(eece_seeds, "eece_seeds", fn)
     conformal_score = V.check_option(conformal_score, "conformal_score", CONFORMAL_SCORES, fn)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"{fn}: `seed` must be a non-negative integer (got {seed!r})")
+    seed = check_seed(seed, "seed", fn)
 
     setup: dict[str, Any] = {
         "members": m,
@@ -313,98 +319,6 @@ def evaluate_predictions(
     )
 
 
-# ----------------------------------------------------------------------------- report files
-def planned_files(*, ensemble: bool, split: bool) -> list[str]:
-    """File names :func:`write_evaluation` writes, known before anything is computed."""
-    names = ["metrics"] + (["ensemble"] if ensemble else []) + (["conformal"] if split else [])
-    files = [f"{t}{ext}" for t in names for ext in (".md", ".csv", ".json")]
-    files += ["summary.json", "reliability.png"]
-    if split:
-        files.append("reliability_scaled.png")
-    if ensemble:
-        files.append("epistemic_reliability.png")
-    return files
-
-
-def _figures(ev: Evaluation, n_bins: int) -> tuple[dict[str, Any], list[str]]:
-    """Figures of the report keyed by file stem, drawn in memory (nothing is written).
-
-    A figure that fails to draw is left out; the second item lists why, one line each.
-    """
-    import matplotlib.pyplot as plt
-
-    from bensemble import plots
-
-    def reliability(probs: torch.Tensor, name: str | None) -> Any:
-        disp = plots.ReliabilityDisplay.from_predictions(probs, ev.labels, n_bins=n_bins, name=name)
-        return disp.plot().figure_
-
-    def epistemic() -> Any:
-        disp = plots.EpistemicReliabilityDisplay.from_details(ev.eece_details, name="ensemble")
-        return disp.plot().figure_
-
-    makers: dict[str, Any] = {}
-    if ev.scaled_probs is None:
-        makers["reliability"] = lambda: reliability(ev.probs, None)
-    else:
-        scaled = ev.scaled_probs
-        makers["reliability"] = lambda: reliability(ev.probs, "unscaled")
-        makers["reliability_scaled"] = lambda: reliability(scaled, f"T = {ev.temperature:.3f}")
-    if ev.eece_details is not None:
-        makers["epistemic_reliability"] = epistemic
-    figs: dict[str, Any] = {}
-    problems: list[str] = []
-    for name, make in makers.items():
-        before = set(plt.get_fignums())
-        try:
-            figs[name] = make()
-        except Exception as exc:  # noqa: BLE001 - a figure must not cost the user the numbers
-            for number in set(plt.get_fignums()) - before:
-                plt.close(number)
-            problems.append(
-                f"{name}.png left out ({type(exc).__name__}: {' '.join(str(exc).split())})"
-            )
-    return figs, problems
-
-
-def write_evaluation(ev: Evaluation, out_dir: str | os.PathLike, *, extra: dict | None = None):
-    """Write the tables, ``summary.json`` and the figures of ``ev`` into ``out_dir``.
-
-    Every figure is drawn in memory before the folder is created; one that fails to draw is left
-    out and named in ``report.problems`` (and in ``summary.json``) rather than stopping the report.
-
-    Returns:
-        The :class:`~bensemble.experiments.report.Report`; ``report.files`` lists what was
-        written and ``report.problems`` the figures left out.
-    """
-    figs, problems = _figures(ev, ev.setup["n_bins"])
-    report = Report(out_dir)
-    report.problems = problems
-    try:
-        for name, title, rows in ev.tables():
-            report.add_table(name, rows, title=title)
-        summary = ev.to_dict()
-        summary.update(extra or {})
-        summary["files"] = [
-            f
-            for f in planned_files(
-                ensemble=ev.ensemble is not None, split=ev.temperature is not None
-            )
-            if not f.endswith(".png") or f[:-4] in figs
-        ]
-        summary["problems"] = problems
-        report.add_json("summary", summary)
-        for name in list(figs):
-            report.add_figure(name, figs.pop(name))
-    finally:
-        if figs:
-            import matplotlib.pyplot as plt
-
-            for fig in figs.values():
-                plt.close(fig)
-    return report
-
-
 # ----------------------------------------------------------------------------- command line
 def _eece_bins_option(value: str) -> int | str:
     """``--eece-bins``: "auto" or an integer (argparse names the option on failure)."""
@@ -467,12 +381,21 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
         default=0,
         help="axis of a 3-D PREDICTIONS holding the members: 0 for [M, N, K], 1 for [N, M, K]",
     )
-    p.add_argument("--out", default="bensemble-report", help="report folder (bensemble-report)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help=f"report folder ({DEFAULT_OUT}; with --json and no --out nothing is written)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier report in --out (a folder holding other files is never replaced)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON to stdout instead of tables")
     return p
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException | Warning | str) -> str:
     text = " ".join(str(exc).split()).removeprefix(f"{PROG}: ")
     return text.replace("pass from_logits=True", "pass --logits").replace(
         "from_logits=True", "--logits"
@@ -486,68 +409,44 @@ def _same_file(a: Path, b: Path) -> bool:
         return a.resolve() == b.resolve()
 
 
-def _check_out(out: Path, inputs: list[Path], files: list[str]) -> None:
-    """Refuse an ``--out`` that is a file or would overwrite an input."""
+def _check_out(out: Path, inputs: list[Path], files: list[str], overwrite: bool) -> None:
+    """Refuse an ``--out`` that is an input, holds an input, or may not be replaced.
+
+    The report folder is replaced as a whole, so an input inside it would be lost whatever its
+    name (``files``, the names the report will have, are named in the message when they clash).
+    """
     for src in inputs:
         if _same_file(out, src) or out.resolve() == src.resolve():
             raise InputError(f"--out {out} is an input file; choose another folder")
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out} exists and is not a folder")
-    for name in files:
-        target = out / name
-        for src in inputs:
-            if _same_file(target, src) or target.resolve() == src.resolve():
-                raise InputError(
-                    f"--out {out} would overwrite the input {src} (as {name}); "
-                    "choose another folder"
-                )
+    for src in inputs:
+        if out.resolve() in src.resolve().parents:
+            clash = f" (as {src.name})" if src.name in files else ""
+            raise InputError(
+                f"--out {out} would overwrite the input {src}{clash}: the report folder is "
+                "replaced as a whole; choose another folder"
+            )
+    check_report_folder(out, overwrite=overwrite, fn=PROG)
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
     """Run ``bensemble evaluate`` for parsed ``args``; returns the exit status.
 
     Exit status 2 with one line ``bensemble evaluate: error: ...`` on stderr for any bad input,
-    before anything is written; 1 if writing the report fails; 0 on success.
+    before anything is written; 1 if writing the report fails; 0 on success. Warnings (logits
+    that already look like probabilities, a temperature at its bound, ...) are one line each,
+    ``bensemble evaluate: warning: ...``, and the run goes on. With ``--json`` and no ``--out``
+    nothing is written.
     """
-    fn = "bensemble evaluate"
-    try:
-        V.check_probability(args.alpha, "--alpha", fn)
-        V.check_n_bins(args.n_bins, fn, name="--n-bins")
-        if args.eece_bins != "auto":
-            V.check_n_bins(args.eece_bins, fn, name="--eece-bins")
-        V.check_positive_int(args.eece_seeds, "--eece-seeds", fn)
-        if args.calibration_split is not None:
-            V.check_probability(args.calibration_split, "--calibration-split", fn)
-        if args.seed < 0:
-            raise InputError(f"`--seed` must be a non-negative integer (got {args.seed})")
-        probs = load_predictions(
-            args.predictions,
-            logits=args.logits,
-            members=args.members,
-            members_axis=args.members_axis,
-            fn=str(split_key(args.predictions)[0]),
-        )
-        m, n, k = probs.shape
-        labels = load_labels(args.labels, n=n, num_classes=k, fn=str(split_key(args.labels)[0]))
-        out = Path(args.out)
-        inputs = [split_key(args.predictions)[0], split_key(args.labels)[0]]
-        split = args.calibration_split is not None
-        _check_out(out, inputs, planned_files(ensemble=m > 1, split=split))
-        ev = evaluate_predictions(
-            probs,
-            labels,
-            calibration_split=args.calibration_split,
-            alpha=args.alpha,
-            n_bins=args.n_bins,
-            eece_bins=args.eece_bins,
-            eece_seeds=args.eece_seeds,
-            conformal_score=args.conformal_score,
-            seed=args.seed,
-        )
-    except ValueError as exc:
-        print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
-        return 2
-
+    fn = PROG
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            out = _out_folder(args, fn)
+            ev = _evaluate_args(args, fn, out)
+        except ValueError as exc:  # the error alone: a usage error is one line
+            print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
+            return 2
+    _print_warnings(caught)
     extra = {
         "inputs": {
             "predictions": str(args.predictions),
@@ -555,26 +454,91 @@ def run_evaluate(args: argparse.Namespace) -> int:
             "logits": bool(args.logits),
         }
     }
-    try:
-        report = write_evaluation(ev, out, extra=extra)
-    except (OSError, ValueError) as exc:
-        print(
-            f"{PROG}: error: could not write the report to {out}: {_one_line(exc)}", file=sys.stderr
-        )
-        return 1
-    for problem in report.problems:
-        print(f"{PROG}: warning: {problem}", file=sys.stderr)
-
+    report = None
+    if out is not None:
+        try:
+            report = write_evaluation(ev, out, extra=extra, overwrite=args.overwrite)
+        except (OSError, ValueError) as exc:
+            print(
+                f"{PROG}: error: could not write the report to {out}: {_one_line(exc)}",
+                file=sys.stderr,
+            )
+            return 1
+        for problem in report.problems:
+            print(f"{PROG}: warning: {problem}", file=sys.stderr)
     if args.json:
         payload = ev.to_dict()
         payload.update(extra)
-        payload["report"] = {
-            "out": str(out),
-            "files": [str(f) for f in report.files],
-            "problems": list(report.problems),
-        }
+        payload["report"] = None
+        if report is not None:
+            payload["report"] = {
+                "out": str(out),
+                "files": [str(f) for f in report.files],
+                "problems": list(report.problems),
+            }
         print(to_json(payload))
         return 0
+    _print_tables(ev)
+    print(f"\nreport: {len(report.files)} files in {out}{os.sep}")
+    return 0
+
+
+def _out_folder(args: argparse.Namespace, fn: str) -> Path | None:
+    """The report folder: ``--out``, the default without ``--json``, else ``None`` (no files)."""
+    if args.out is None:
+        return None if args.json else Path(DEFAULT_OUT)
+    return check_out_text(args.out, fn)
+
+
+def _print_warnings(caught: list[warnings.WarningMessage]) -> None:
+    seen: set[str] = set()
+    for w in caught:
+        if issubclass(w.category, (UserWarning, RuntimeWarning)):
+            text = _one_line(w.message).replace("leave logits out", "leave out --logits")
+            if text not in seen:
+                seen.add(text)
+                print(f"{PROG}: warning: {text}", file=sys.stderr)
+
+
+def _evaluate_args(args: argparse.Namespace, fn: str, out: Path | None) -> Evaluation:
+    """Load and check everything, then evaluate (nothing is written)."""
+    V.check_probability(args.alpha, "--alpha", fn)
+    V.check_n_bins(args.n_bins, fn, name="--n-bins")
+    if args.n_bins > MAX_BINS:  # per-bin arrays: 2**40 bins would reach the allocator
+        raise InputError(f"--n-bins must be at most {MAX_BINS} (got {args.n_bins})")
+    if args.eece_bins != "auto":
+        V.check_n_bins(args.eece_bins, fn, name="--eece-bins")
+    V.check_positive_int(args.eece_seeds, "--eece-seeds", fn)
+    if args.calibration_split is not None:
+        V.check_probability(args.calibration_split, "--calibration-split", fn)
+    check_seed(args.seed, "--seed", fn)
+    probs = load_predictions(
+        args.predictions,
+        logits=args.logits,
+        members=args.members,
+        members_axis=args.members_axis,
+        fn=str(split_key(args.predictions)[0]),
+    )
+    m, n, k = probs.shape
+    labels = load_labels(args.labels, n=n, num_classes=k, fn=str(split_key(args.labels)[0]))
+    if out is not None:
+        inputs = [split_key(args.predictions)[0], split_key(args.labels)[0]]
+        split = args.calibration_split is not None
+        _check_out(out, inputs, planned_files(ensemble=m > 1, split=split), args.overwrite)
+    return evaluate_predictions(
+        probs,
+        labels,
+        calibration_split=args.calibration_split,
+        alpha=args.alpha,
+        n_bins=args.n_bins,
+        eece_bins=args.eece_bins,
+        eece_seeds=args.eece_seeds,
+        conformal_score=args.conformal_score,
+        seed=args.seed,
+    )
+
+
+def _print_tables(ev: Evaluation) -> None:
     s = ev.setup
     head = f"{s['members']} member(s), {s['samples']} samples, {s['classes']} classes"
     if ev.temperature is not None:
@@ -590,5 +554,3 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print("\n(single model: no uncertainty decomposition or EECE)")
     if s.get("temperature_warning"):
         print(f"\nnote: {s['temperature_warning']}")
-    print(f"\nreport: {len(report.files)} files in {out}{os.sep}")
-    return 0

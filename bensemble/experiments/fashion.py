@@ -220,4 +220,4 @@ def run(options: RunOptions) -> ExperimentResult:
             )
     tables = summarize_one_vs_all(records, [n for _, n in tasks], paper_by_task=None)
     write_one_vs_all("fashion", tables, report, printer, paper_label="paper MNIST mean")
-    return finish("fashion", report, tables, watch, printer)
+    return finish("fashion", report, tables, watch, printer, options)

@@ -94,7 +94,7 @@ def run(options: RunOptions) -> ExperimentResult:
     )
     report.add_table("noise", rows, title=title)
     _figure(report, rows)
-    return finish("noise", report, {"noise": rows}, watch, printer)
+    return finish("noise", report, {"noise": rows}, watch, printer, options)
 
 
 def _with_ratios(rows: list[dict]) -> list[dict]:

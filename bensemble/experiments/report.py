@@ -6,6 +6,11 @@ renamed over the target with :func:`os.replace`, so a reader never sees a half-w
 an interrupted run leaves no temporary file behind. The folder itself is created only when the
 first file is written, so a run that fails before writing leaves nothing on disk.
 
+The command-line reports use ``Report(out, staged=True)``: files go to a staging folder beside
+``out`` and :meth:`Report.commit` swaps the finished folder in, so a report folder always holds
+exactly one run's files (:mod:`bensemble.experiments._folder`). Their ``summary.json`` records
+:func:`environment` (package, torch and numpy versions, Python and the platform).
+
 Example:
     >>> import tempfile
     >>> from bensemble.experiments.report import Report, format_table
@@ -29,16 +34,25 @@ import io
 import json
 import math
 import os
+import platform
 import re
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from bensemble.experiments._folder import (
+    check_report_folder,
+    commit_folder,
+    discard_stage,
+    make_stage,
+)
+
 __all__ = [
     "Report",
     "atomic_write",
     "atomic_write_text",
+    "environment",
     "format_table",
     "format_value",
     "markdown_table",
@@ -214,20 +228,78 @@ def to_json(value: Any, indent: int | None = 2) -> str:
 
 
 # --------------------------------------------------------------------------- the report
+def environment() -> dict[str, str]:
+    """Versions a report records: bensemble, torch, numpy, Python and the platform."""
+    import numpy
+    import torch
+
+    import bensemble
+
+    return {
+        "bensemble": bensemble.__version__,
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
 class Report:
     """A report folder of tables and figures, every file written atomically.
 
     Args:
         out_dir: The folder; created (with parents) when the first file is written.
+        staged: Write into a staging folder beside ``out_dir`` and move it to ``out_dir`` on
+            :meth:`commit` (or at the end of a ``with`` block; an exception discards it), so the
+            folder holds exactly this run's files. ``out_dir`` is checked at once: an absent or
+            empty folder is used, an earlier report is replaced only with ``overwrite``, and a
+            folder holding anything else is refused (``ValueError``).
+        overwrite: With ``staged``, replace an earlier report in ``out_dir``.
 
     Attributes:
         out_dir: The folder as a :class:`~pathlib.Path`.
-        files: Every file written so far, in order.
+        files: Every file written so far (their final paths), in order.
     """
 
-    def __init__(self, out_dir: str | os.PathLike) -> None:
+    def __init__(
+        self, out_dir: str | os.PathLike, *, staged: bool = False, overwrite: bool = False
+    ) -> None:
         self.out_dir = Path(out_dir)
         self.files: list[Path] = []
+        self.staged = bool(staged)
+        self.overwrite = bool(overwrite)
+        self._stage: Path | None = None
+        if self.staged:
+            check_report_folder(self.out_dir, overwrite=self.overwrite, fn="Report")
+
+    def __enter__(self) -> Report:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.discard()
+
+    def commit(self) -> None:
+        """Move the staged files to ``out_dir`` (replacing an earlier report there if allowed).
+
+        Nothing happens for an unstaged report or one that wrote nothing.
+        """
+        if self._stage is not None:
+            stage, self._stage = self._stage, None
+            try:
+                commit_folder(stage, self.out_dir, overwrite=self.overwrite, fn="Report")
+            except BaseException:
+                discard_stage(stage)
+                raise
+
+    def discard(self) -> None:
+        """Remove the staged files (a failed run leaves nothing behind)."""
+        stage, self._stage = self._stage, None
+        discard_stage(stage)
+        if self.staged:
+            self.files = []
 
     # paths ---------------------------------------------------------------
     def path(self, name: str, ext: str) -> Path:
@@ -239,7 +311,15 @@ class Report:
             )
         return self.out_dir / f"{name}{ext}"
 
+    def _where(self, path: Path) -> Path:
+        """Where ``path`` (a final path from :meth:`path`) is written now."""
+        return path if self._stage is None else self._stage / path.name
+
     def _ensure_dir(self) -> None:
+        if self.staged:
+            if self._stage is None:
+                self._stage = make_stage(self.out_dir)
+            return
         if self.out_dir.exists() and not self.out_dir.is_dir():
             raise ValueError(f"Report: `out_dir` {self.out_dir} exists and is not a folder")
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -255,7 +335,8 @@ class Report:
         stem, dot, ext = filename.rpartition(".")
         path = self.path(stem, dot + ext) if dot and stem else self.path(filename, "")
         self._ensure_dir()
-        return self._record(atomic_write_text(path, text))
+        atomic_write_text(self._where(path), text)
+        return self._record(path)
 
     def add_json(self, name: str, obj: Any) -> Path:
         """Write ``obj`` as strict JSON to ``name.json`` (non-finite floats become ``null``)."""
@@ -295,19 +376,18 @@ class Report:
 
         payload = {"title": title, "columns": cols, "rows": rows}
         self._ensure_dir()
-        written = [
-            atomic_write_text(paths[0], md),
-            atomic_write_text(paths[1], buffer.getvalue()),
-            atomic_write_text(paths[2], to_json(payload) + "\n"),
-        ]
-        return [self._record(p) for p in written]
+        for path, text in zip(paths, (md, buffer.getvalue(), to_json(payload) + "\n")):
+            atomic_write_text(self._where(path), text)
+        return [self._record(p) for p in paths]
 
     def add_figure(self, name: str, fig: Any, *, dpi: int = 120, close: bool = True) -> Path:
         """Save a matplotlib figure as ``name.png`` atomically, then close it (``close=True``)."""
         path = self.path(name, ".png")
         try:
             self._ensure_dir()
-            atomic_write(path, lambda handle: fig.savefig(handle, format="png", dpi=dpi))
+            atomic_write(
+                self._where(path), lambda handle: fig.savefig(handle, format="png", dpi=dpi)
+            )
         finally:
             if close:
                 import matplotlib.pyplot as plt

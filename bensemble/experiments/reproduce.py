@@ -3,7 +3,10 @@
 :data:`EXPERIMENTS` is the registry: name -> (module, description); :func:`runner` gives the
 module's ``run(options) -> ExperimentResult``. Modules are imported only when an experiment runs,
 so ``bensemble --help`` stays cheap. Every experiment prints its table(s) with
-the paper's value beside ours and writes them, with its figures, to ``OUT/<experiment>/``.
+the paper's value beside ours and writes them, with its figures and ``summary.json`` (options,
+versions, files), to ``OUT/<experiment>/``: staged beside it and swapped in at the end, so the
+folder holds exactly one run's files (an earlier report is replaced only with ``--overwrite``).
+Every option is checked before anything is trained.
 """
 
 from __future__ import annotations
@@ -61,13 +64,21 @@ def reproduce(name: str, options: RunOptions | None = None, **kwargs: Any) -> Ex
             (``seed=``, ``repeats=``, ``out=``, ``quick=``, ``progress=``, ``extra=``).
     """
     run = runner(name)
-    from bensemble.experiments._common import RunOptions
+    from bensemble.experiments._common import OPEN_REPORTS, RunOptions
 
     if options is None:
         options = RunOptions(**kwargs)
     elif kwargs:
         raise ValueError("reproduce: pass either `options` or keyword options, not both")
-    return run(options)
+    opened = len(OPEN_REPORTS)
+    try:
+        return run(options)
+    except BaseException:
+        for report in OPEN_REPORTS[opened:]:
+            report.discard()  # a failed run leaves no staging folder behind
+        raise
+    finally:
+        del OPEN_REPORTS[opened:]
 
 
 def add_reproduce_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -94,6 +105,12 @@ def add_reproduce_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPa
         help="independent repeats, reported as mean ± sd (default: per experiment)",
     )
     p.add_argument("--out", default="bensemble-report", help="report root folder")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier report in OUT/EXPERIMENT (a folder holding other files is "
+        "never replaced)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny settings (seconds), for tests")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument(
@@ -123,16 +140,27 @@ def add_reproduce_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPa
 
 
 def run_reproduce(args: argparse.Namespace) -> int:
-    """Run the parsed ``reproduce`` command; return the exit status."""
-    if args.repeats is not None and args.repeats < 1:
-        print(f"{PROG}: error: --repeats must be >= 1 (got {args.repeats})", file=sys.stderr)
-        return 2
-    if args.n_test is not None and args.n_test < 20:
-        print(f"{PROG}: error: --n-test must be >= 20 (got {args.n_test})", file=sys.stderr)
-        return 2
-    if args.n_train is not None and args.n_train < 0:
-        print(f"{PROG}: error: --n-train must be >= 0 (got {args.n_train})", file=sys.stderr)
-        return 2
+    """Run the parsed ``reproduce`` command; return the exit status.
+
+    Every option is checked first (a bad one raises ``ValueError``, printed by the command line
+    as one line with exit status 2); nothing is trained or written before.
+    """
+
+    from bensemble.experiments._folder import check_out_text, check_report_folder
+    from bensemble.experiments._options import check_count, check_seed
+
+    if args.repeats is not None:
+        check_count(args.repeats, "--repeats", PROG)
+    check_seed(args.seed, "--seed", PROG, span=args.repeats or 1)
+    if args.n_train is not None:
+        check_count(args.n_train, "--n-train", PROG, minimum=0)
+    if args.n_test is not None:
+        check_count(args.n_test, "--n-test", PROG, minimum=20)
+    root = check_out_text(args.out, PROG)
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"{PROG}: --out {root} exists and is not a folder")
+    overwrite = bool(getattr(args, "overwrite", False))
+    check_report_folder(root / args.experiment, overwrite=overwrite, fn=PROG)
     from bensemble.experiments._common import RunOptions
 
     extra: dict[str, Any] = {"features": args.features}
@@ -145,10 +173,11 @@ def run_reproduce(args: argparse.Namespace) -> int:
     options = RunOptions(
         seed=args.seed,
         repeats=args.repeats,
-        out=args.out,
+        out=root,
         quick=args.quick,
         progress=not args.no_progress,
         extra=extra,
+        overwrite=overwrite,
     )
     try:
         reproduce(args.experiment, options)

@@ -35,6 +35,7 @@ from bensemble.experiments._common import (
     repeat_seeds,
     single_thread,
 )
+from bensemble.experiments._options import check_count, check_seed
 from bensemble.methods import RandomForestMembers
 
 __all__ = [
@@ -74,6 +75,8 @@ def forest_scores(
         :func:`~bensemble.experiments._common.binary_scores` with the TECE, plus ``vectors``:
         the number of distinct member vectors on the test points.
     """
+    seed = check_seed(seed, "seed", "forest_scores")
+    n_trees = check_count(n_trees, "n_trees", "forest_scores")
     forest = RandomForestMembers(
         n_estimators=n_trees, min_samples_leaf=min_samples_leaf, random_state=seed
     ).fit(x_train, y_train)
@@ -146,7 +149,7 @@ def run(options: RunOptions) -> ExperimentResult:
     )
     report.add_table("size", rows, title=title)
     _figure(report, rows)
-    return finish("size", report, {"size": rows}, watch, printer)
+    return finish("size", report, {"size": rows}, watch, printer, options)
 
 
 def _figure(report, rows) -> None:

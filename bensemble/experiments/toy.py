@@ -135,7 +135,7 @@ def run(options: RunOptions) -> ExperimentResult:
     )
     report.add_table("toy", rows, title=title)
     _figures(report, rows, maps, first, dpi=50 if quick else 120)
-    return finish("toy", report, {"toy": rows}, watch, printer)
+    return finish("toy", report, {"toy": rows}, watch, printer, options)
 
 
 def _figures(report, rows, maps, first, dpi: int) -> None:

@@ -22,6 +22,7 @@ import torch
 
 from bensemble._validation import as_float_tensor, as_labels, check_option
 from bensemble.core import Ensemble
+from bensemble.experiments._options import check_count, check_seed
 from bensemble.methods.bayesian_logistic import BayesianLogisticRegression
 from bensemble.methods.centroids import Centroids
 from bensemble.methods.deep_ensemble import train_ensemble, train_model
@@ -81,6 +82,24 @@ class ZooSettings:
     blr_burn_in: int = 500
     progress: bool = False
 
+    def __post_init__(self) -> None:
+        fn = "ZooSettings"
+        for name in ("epochs", "batch_size", "n_members", "n_samples", "n_trees", "blr_draws"):
+            check_count(getattr(self, name), name, fn)
+        check_count(self.min_samples_leaf, "min_samples_leaf", fn)
+        check_count(self.blr_burn_in, "blr_burn_in", fn, minimum=0)
+        if not isinstance(self.hidden, tuple) or not self.hidden:
+            raise ValueError(f"{fn}: `hidden` must be a non-empty tuple (got {self.hidden!r})")
+        for width in self.hidden:
+            check_count(width, "hidden", fn)
+        probabilities = {"dropconnect_p": (self.dropconnect_p,), "dropout": self.dropout}
+        for name, values in probabilities.items():
+            for p in values:
+                if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+                    raise ValueError(f"{fn}: `{name}` must lie in [0, 1) (got {p!r})")
+        if not isinstance(self.progress, bool):
+            raise ValueError(f"{fn}: `progress` must be True or False (got {self.progress!r})")
+
     @classmethod
     def quick(cls, **overrides: Any) -> ZooSettings:
         """Smaller settings for tests and ``--quick`` runs (same structure, fewer draws)."""
@@ -124,6 +143,7 @@ def member_probs(
     """
     fn = "member_probs"
     method = check_option(method, "method", PAPER_ORDER, fn)
+    seed = check_seed(seed, "seed", fn)
     settings = settings or ZooSettings()
     x_tr = as_float_tensor(x_train, "x_train", fn, ndim=2, dtype=torch.float32)
     y_tr = as_labels(y_train, "y_train", fn, n=x_tr.shape[0])

@@ -116,6 +116,19 @@ def test_quick_demo_writes_every_report_file(quick_run):
     assert summary["quick"] is True and summary["seed"] == 0 and summary["elapsed_s"] > 0
 
 
+def test_quick_demo_summary_records_versions_and_leaves_no_staging_folder(quick_run):
+    import platform
+
+    import bensemble
+
+    out = quick_run["out"]
+    versions = json.loads((out / "summary.json").read_text())["versions"]
+    assert versions["bensemble"] == bensemble.__version__
+    assert versions["torch"] == torch.__version__ and versions["numpy"] == np.__version__
+    assert versions["python"] == platform.python_version() and versions["platform"]
+    assert [p.name for p in out.parent.iterdir()] == [out.name]
+
+
 @pytest.mark.parametrize("name", TABLES)
 def test_table_formats_agree(quick_run, name):
     out = quick_run["out"]

@@ -172,7 +172,9 @@ def test_table_output_and_report_files(tmp_path, capsys, data):
     assert table["rows"][0]["accuracy"] == pytest.approx(ref["accuracy"])
 
     # a second run into the same folder replaces the files and still leaves no temp file
-    code, _, _ = _run([pred, "--labels", lab, "--out", out, "--n-bins", "10"], capsys)
+    code, _, _ = _run(
+        [pred, "--labels", lab, "--out", out, "--n-bins", "10", "--overwrite"], capsys
+    )
     assert code == 0
     assert names == {p.name for p in out.iterdir()}
 
@@ -467,12 +469,13 @@ def test_refuses_an_out_folder_that_would_overwrite_an_input(tmp_path, capsys, d
     assert code == 2 and "is an input file" in stderr
     assert _snapshot(tmp_path) == before
 
-    # an input living in the output folder under another name is fine
+    # the report folder is replaced as a whole: an input inside it under any name is refused
     os.replace(out / "metrics.csv", out / "my_predictions.csv")
     pred = str(out / "my_predictions.csv")
-    code, _, stderr = _run([pred, "--labels", lab, "--members", M, "--out", out], capsys)
-    assert code == 0, stderr
-    assert (out / "metrics.csv").exists()
+    argv = [pred, "--labels", lab, "--members", M, "--out", out, "--overwrite"]
+    code, _, stderr = _run(argv, capsys)
+    assert code == 2 and "would overwrite the input" in stderr
+    assert sorted(p.name for p in out.iterdir()) == ["my_predictions.csv"]
 
 
 def test_out_that_is_an_existing_file_is_refused(tmp_path, capsys, data):
@@ -537,3 +540,13 @@ def test_console_entry_point_as_subprocess(tmp_path, data):
     result = json.loads(ok.stdout)
     assert result["conformal"]["n_test"] == N // 2
     assert (out / "summary.json").exists()
+
+
+def test_a_usage_error_after_a_warning_prints_the_error_alone(tmp_path, capsys, data):
+    logits, _ = data
+    pred = _save(tmp_path / "p.npy", _softmax(logits))
+    np.save(tmp_path / "short.npy", np.zeros(5, dtype=np.int64))
+    argv = [pred, "--labels", tmp_path / "short.npy", "--logits", "--json"]
+    code, _, err = _run(argv, capsys)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and err.startswith(PROG) and "labels" in err

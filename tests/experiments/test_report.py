@@ -243,3 +243,54 @@ def test_atomic_write_gives_readable_permissions(tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+# ----------------------------------------------------------------------------- staged folders
+def test_staged_report_appears_only_on_commit_with_final_paths(tmp_path):
+    out = tmp_path / "r"
+    report = Report(out, staged=True)
+    written = report.add_table("metrics", [{"a": 1}])
+    assert written == [out / "metrics.md", out / "metrics.csv", out / "metrics.json"]
+    assert not out.exists()
+    report.commit()
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.csv", "metrics.json", "metrics.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]
+    assert oct(out.stat().st_mode & 0o777) == oct(0o777 & ~_umask())
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_staged_report_uses_an_existing_empty_folder(tmp_path):
+    out = tmp_path / "r"
+    out.mkdir()
+    with Report(out, staged=True) as report:
+        report.add_text("a.txt", "x\n")
+    assert [p.name for p in out.iterdir()] == ["a.txt"]
+
+
+def test_staged_report_that_wrote_nothing_creates_nothing(tmp_path):
+    Report(tmp_path / "r", staged=True).commit()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["plain", "overwrite"])
+def test_staged_report_refuses_a_folder_with_foreign_files(tmp_path, overwrite):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "data.npy").write_bytes(b"keep")
+    with pytest.raises(ValueError, match="'data.npy', which is not a report file"):
+        Report(tmp_path / "r", staged=True, overwrite=overwrite)
+
+
+def test_staged_report_replaces_an_earlier_report_only_with_overwrite(tmp_path):
+    out = tmp_path / "r"
+    with Report(out, staged=True) as first:
+        first.add_text("old.md", "old\n")
+    with pytest.raises(ValueError, match="--overwrite"):
+        Report(out, staged=True)
+    with Report(out, staged=True, overwrite=True) as second:
+        second.add_text("new.md", "new\n")
+    assert [p.name for p in out.iterdir()] == ["new.md"]
