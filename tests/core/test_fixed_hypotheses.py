@@ -7,6 +7,8 @@ a test set predicted in batches mixed hypotheses inside one member.
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from bensemble.core import Ensemble, StochasticMembers
@@ -259,3 +261,23 @@ def test_auto_mode_reports_the_resolved_mode(layers, resolved: str) -> None:
     ens = Ensemble.from_stochastic(nn.Sequential(*layers()), 3)
     assert ens.members.mode == resolved
     assert StochasticMembers(nn.Sequential(*layers()), 3, mode="all").mode == "all"
+
+
+@settings(derandomize=True, max_examples=25, deadline=None)
+@given(cuts=st.lists(st.integers(1, N - 1), max_size=5, unique=True))
+def test_any_batch_split_gives_the_same_members(cuts: list[int]) -> None:
+    """Splitting the rows anywhere leaves every member's outputs unchanged (to TOL)."""
+    model = _seq(
+        nn.Linear(6, 16),
+        nn.ReLU(),
+        nn.Dropout(0.4),
+        DropConnectLinear(16, 8, p=0.3),
+        nn.ReLU(),
+        nn.AlphaDropout(0.2),
+        nn.Linear(8, 3),
+    )
+    ens = Ensemble.from_stochastic(model, 4, generator=_gen(7))
+    x = torch.randn(N, 6, generator=_gen(8))
+    edges = [0, *sorted(cuts), N]
+    parts = [ens.predict_members(x[a:b]) for a, b in zip(edges[:-1], edges[1:])]
+    torch.testing.assert_close(torch.cat(parts, 1), ens.predict_members(x), rtol=0, atol=TOL)
