@@ -4,8 +4,10 @@
 
 * one array: a tensor, a numpy array or a nested list of numbers (``[N, *features]``), predicted
   in one call or, with ``batch_size``, in consecutive slices of ``batch_size`` rows;
-* an iterable of batches: a :class:`torch.utils.data.DataLoader` (or any iterable, a list of
-  tensors included) yielding ``x`` or ``(x, y, ...)`` per batch; ``y`` is the labels.
+* an iterable of batches: a :class:`torch.utils.data.DataLoader` (or any iterable, a list or
+  tuple of tensors included) yielding ``x`` or ``(x, y, ...)`` per batch; ``y`` is the labels;
+* a mapping (e.g. ``{"input_ids": ..., "attention_mask": ...}``): one batch given to the
+  members as it is.
 
 Every batch is converted to the members' dtype and device (floating inputs only: integer
 inputs such as token ids keep their dtype). Batches are consumed one at a time, so memory holds
@@ -14,7 +16,7 @@ one input batch and the per-batch results.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -101,6 +103,9 @@ def iter_batches(
     """Yield ``(x_batch, y_batch or None)`` from one array or an iterable of batches."""
     if batch_size is not None:
         batch_size = check_positive_int(batch_size, "batch_size", fn)
+    if isinstance(x, Mapping):
+        yield x, None  # structured input: one batch, the members' business
+        return
     if isinstance(x, (str, bytes)) or not (_is_array(x) or isinstance(x, Iterable)):
         raise ValueError(
             f"{fn}: `x` must be a tensor, a numpy array or an iterable of batches such as a "
@@ -115,6 +120,11 @@ def iter_batches(
         else:
             batches = data.split(batch_size)
     else:
+        if batch_size is not None:
+            raise ValueError(
+                f"{fn}: `batch_size` applies to one array, not to an iterable of batches (got "
+                f"batch_size={batch_size} with a {type(x).__name__}; batch the loader itself)"
+            )
         batches = x
     total = len(batches) if hasattr(batches, "__len__") else None
     if progress:

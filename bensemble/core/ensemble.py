@@ -1,9 +1,10 @@
 """The :class:`Ensemble`: member predictions from any source, combined.
 
 An ensemble does not care where its members come from: explicit networks (a deep ensemble),
-random forward passes of one network (MC dropout, DropConnect), draws from a posterior
-approximation, or the trees of a scikit-learn forest. Every source goes through a
-:class:`~bensemble.core.member.MemberAdapter` and yields raw member outputs ``[M, B, *]``.
+fixed random draws of one network (MC dropout, DropConnect, Bayesian layers), draws from a
+posterior approximation, or fitted scikit-learn classifiers. Every source goes through a
+:class:`~bensemble.core.member.MemberAdapter` and yields raw member outputs ``[M, B, *]``; the
+ensemble streams inputs batch by batch (:mod:`bensemble.core._inputs`).
 """
 
 from __future__ import annotations
@@ -33,8 +34,21 @@ def _mean_over_members(preds: torch.Tensor) -> torch.Tensor:
 class Ensemble(nn.Module):
     """A collection of predictors whose outputs are combined.
 
-    Members are predicted under :func:`torch.no_grad` (as in bensemble 0.2): the ensemble is an
-    inference object; train its members directly.
+    Guarantees of every prediction method (``predict_members``, ``predict_member_probs``,
+    ``predict_proba``, ``predict_log_proba``, ``predict_with_labels``, ``forward``):
+
+    * **Side-effect free.** Members run in eval mode (dropout off, BatchNorm on its running
+      statistics; a stochastic ensemble switches on only the random layers it samples) under
+      :func:`torch.no_grad`; every module's ``training`` flag and the grad mode are restored
+      exactly afterwards, also when a member raises; BatchNorm statistics never change.
+    * **Fixed members.** Member ``m`` is the same function of ``x`` on every call, whatever the
+      batch size, split or row order; for stochastic ensembles until :meth:`resample` (except
+      the explicit, incoherent ``mask="per_sample"`` opt-in of :meth:`from_stochastic`).
+    * **Any input.** A tensor, numpy array or nested list, or an iterable of batches (a
+      ``DataLoader`` yielding ``x`` or ``(x, y, ...)``); floating inputs are converted to the
+      members' dtype and device; ``batch_size`` slices an array, ``progress=True`` shows a tqdm
+      bar. Bad members (a tuple or dict output, wrong rows, NaN / inf, probabilities off the
+      simplex) raise a ``ValueError`` naming the member.
 
     Args:
         members: a :class:`~bensemble.core.member.MemberAdapter` (or a list of ``nn.Module``,

@@ -142,3 +142,23 @@ def test_predict_log_proba_is_finite_where_a_member_gives_zero() -> None:
     out = big.predict_log_proba(torch.zeros(1, 4))
     assert bool(torch.isfinite(out).all())
     torch.testing.assert_close(out[0, 1], torch.tensor(1 / 3).log() - torch.tensor(2.0).log())
+
+
+def test_batch_size_with_a_loader_and_mapping_inputs() -> None:
+    ens = Ensemble.from_models([_mlp(0)], packed=False)
+    loader = DataLoader(torch.randn(6, 4), batch_size=2)
+    with pytest.raises(ValueError, match="`batch_size` applies to one array"):
+        ens.predict_proba(loader, batch_size=3)
+
+    class DictNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 3)
+
+        def forward(self, batch: dict) -> torch.Tensor:
+            return self.lin(batch["x"])
+
+    net = DictNet()
+    x = torch.randn(5, 4)
+    out = Ensemble.from_models([net]).predict_members({"x": x})
+    torch.testing.assert_close(out, net({"x": x}).detach()[None], rtol=0, atol=0)
