@@ -16,6 +16,7 @@ one input batch and the per-batch results.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -35,7 +36,7 @@ def member_input_spec(
 ) -> tuple[torch.dtype | None, torch.device | None]:
     """``(dtype, device)`` of the first floating parameter or buffer of ``modules``."""
     for module in modules:
-        for t in (*module.parameters(), *module.buffers()):
+        for t in itertools.chain(module.parameters(), module.buffers()):
             if t.is_floating_point():
                 return t.dtype, t.device
     return None, None

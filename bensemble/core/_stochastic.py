@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from bensemble.core._checks import set_training
 from bensemble.layers.base import StochasticLayer, bernoulli_mask
 
 __all__ = [
@@ -226,13 +227,14 @@ class SamplingSession:
             (m, m.force_sample, m.sample_generator, m.sample_replicas) for m in self.layers
         ]
         try:
-            for m in self.modules:
-                m.training = False
+            for m, flag in self._flags:
+                if flag:
+                    set_training(m, False)
             for m in self.layers:
                 m.force_sample = True
             for m in self.dropouts:
                 if self.native_dropout:
-                    m.training = True
+                    set_training(m, True)
                 else:
                     self._hooks.append(m.register_forward_pre_hook(self._enter_module))
                     self._hooks.append(m.register_forward_hook(_DropoutMask(self)))
@@ -274,7 +276,8 @@ class SamplingSession:
             m.sample_generator = gen
             m.sample_replicas = replicas
         for m, flag in self._flags:
-            m.training = flag
+            if m.training is not flag:
+                set_training(m, flag)
 
     def __exit__(self, *exc: object) -> None:
         self._restore()

@@ -100,6 +100,11 @@ class Ensemble(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Predict every batch of ``x``; ``reduce`` maps ``[M, B, *]`` to ``[B, *]`` per batch."""
         dtype, device = self.members.input_spec()
+        if isinstance(x, torch.Tensor) and batch_size is None and not labels:
+            if x.numel() == 0:
+                raise ValueError(f"{fn}: `x` must not be empty (got shape {tuple(x.shape)})")
+            preds = self.members.predict_all(to_member_input(x, dtype, device, "x", fn))
+            return (preds if reduce is None else reduce(preds)), None  # one tensor: no batching
         outs: list[torch.Tensor] = []
         ys: list[torch.Tensor] = []
         for i, (xb, yb) in enumerate(iter_batches(x, fn, batch_size=batch_size, progress=progress)):

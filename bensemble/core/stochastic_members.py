@@ -14,7 +14,7 @@ from torch import nn
 
 from bensemble._validation import check_generator, check_option, check_positive_int
 from bensemble.core._adapter import OUTPUT_KINDS, MemberAdapter, check_module
-from bensemble.core._checks import check_member_stack, input_rows, member_output
+from bensemble.core._checks import all_modules, check_member_stack, input_rows, member_output
 from bensemble.core._stochastic import (
     DROPOUT_TYPES,
     SamplingSession,
@@ -189,12 +189,7 @@ class StochasticMembers(MemberAdapter):
 
     # ------------------------------------------------------------------ set-up helpers
     def _all_modules(self) -> list[nn.Module]:
-        seen: dict[int, nn.Module] = {}
-        for root in (self.model, self.trunk, self.head):
-            if root is not None:
-                for m in root.modules():
-                    seen.setdefault(id(m), m)
-        return list(seen.values())
+        return all_modules(r for r in (self.model, self.trunk, self.head) if r is not None)
 
     def _resolve_kinds(self) -> tuple[str, ...]:
         fn = "StochasticMembers"
