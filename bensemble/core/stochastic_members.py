@@ -60,7 +60,9 @@ class StochasticMembers(MemberAdapter):
     seed ``m`` on every call, with shapes that do not involve the batch axis, so member ``m`` is
     the same function of ``x`` on every call, whatever the batch size or a row's position, until
     :meth:`resample`. Outputs of a batched and a one-shot prediction agree up to the float
-    rounding that batch size alone causes in torch's matrix products.
+    rounding that batch size alone causes in torch's matrix products. A dropout mask has the
+    shape of one row (``[1, *features]``): inputs whose non-batch shape changes between batches
+    (sequences padded to different lengths) get masks of each shape, so pad to one length.
 
     Sampling puts every module in eval mode (batch norm uses its running statistics, which never
     change), switches on only the selected stochastic modules, runs ``num_samples`` passes and
@@ -186,6 +188,17 @@ class StochasticMembers(MemberAdapter):
         # per_sample without a generator is torch's own dropout: fresh noise on every call
         self._fresh = self.mask == "per_sample" and self.generator is None
         self._seeds = None if self._fresh else draw_seeds(self.num_samples, self.generator)
+
+    def __setstate__(self, state: dict) -> None:
+        """Objects pickled before members were fixed get seeds (and flags) on loading."""
+        super().__setstate__(state)
+        if "_seeds" not in self.__dict__:
+            frozen = self.__dict__.pop("_frozen_seeds", None)
+            self._fresh = self.mask == "per_sample" and self.generator is None
+            self._seeds = (
+                None if self._fresh else frozen or draw_seeds(self.num_samples, self.generator)
+            )
+            self._functional_dropout = None if "dropout" in self.kinds else False
 
     # ------------------------------------------------------------------ set-up helpers
     def _all_modules(self) -> list[nn.Module]:

@@ -281,3 +281,17 @@ def test_any_batch_split_gives_the_same_members(cuts: list[int]) -> None:
     edges = [0, *sorted(cuts), N]
     parts = [ens.predict_members(x[a:b]) for a, b in zip(edges[:-1], edges[1:])]
     torch.testing.assert_close(torch.cat(parts, 1), ens.predict_members(x), rtol=0, atol=TOL)
+
+
+def test_objects_pickled_before_fixed_members_still_load() -> None:
+    import pickle
+
+    model = _seq(nn.Linear(6, 16), nn.ReLU(), nn.Dropout(0.5), nn.Linear(16, 3))
+    members = StochasticMembers(model, 4, generator=_gen(1))
+    for name in ("_seeds", "_fresh", "_functional_dropout"):
+        del members.__dict__[name]  # the attributes of the former class
+    members.__dict__["_frozen_seeds"] = None
+    loaded = pickle.loads(pickle.dumps(members))
+    x = torch.randn(5, 6, generator=_gen(2))
+    assert loaded.predict_all(x).shape == (4, 5, 3)
+    assert torch.equal(loaded.predict_all(x), loaded.predict_all(x))
