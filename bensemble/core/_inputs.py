@@ -5,9 +5,11 @@
 * one array: a tensor, a numpy array or a nested list of numbers (``[N, *features]``), predicted
   in one call or, with ``batch_size``, in consecutive slices of ``batch_size`` rows;
 * an iterable of batches: a :class:`torch.utils.data.DataLoader` (or any iterable, a list or
-  tuple of tensors included) yielding ``x`` or ``(x, y, ...)`` per batch; ``y`` is the labels;
-* a mapping (e.g. ``{"input_ids": ..., "attention_mask": ...}``): one batch given to the
-  members as it is.
+  tuple of tensors or of ``(x, y)`` tuples included) yielding ``x`` or ``(x, y, ...)`` per batch;
+  ``y`` is the labels. A list of nested lists of numbers is one array (give nested-list batches
+  through a generator);
+* a mapping (e.g. ``{"input_ids": ..., "attention_mask": ...}``), alone or as the batches of
+  an iterable: given to the members as it is (no labels, no row check).
 
 Every batch is converted to the members' dtype and device (floating inputs only: integer
 inputs such as token ids keep their dtype). Batches are consumed one at a time, so memory holds
@@ -67,7 +69,7 @@ def _is_array(value: Any) -> bool:
         if not value:
             return True  # an empty array: rejected with a clear message below
         first = value[0]
-        if isinstance(first, (*_ARRAY_TYPES, dict)):
+        if isinstance(first, (*_ARRAY_TYPES, Mapping)):
             return False
         if isinstance(first, (list, tuple)):
             return not _holds_arrays(first)
@@ -76,22 +78,20 @@ def _is_array(value: Any) -> bool:
 
 
 def _holds_arrays(value: Any) -> bool:
-    return bool(value) and isinstance(value[0], (*_ARRAY_TYPES, tuple, list))
+    """An ``(x, y, ...)`` batch starts with an array; a nested list of numbers is an array."""
+    return bool(value) and isinstance(value[0], (*_ARRAY_TYPES, Mapping))
 
 
-def _split_batch(batch: Any, index: int, fn: str) -> tuple[Any, Any]:
-    if isinstance(batch, (tuple, list)) and batch and not _is_number_row(batch):
+def _split_batch(batch: Any) -> tuple[Any, Any]:
+    """``(x, y)`` of a ``(x, y, ...)`` batch (first item an array or mapping), else ``(batch,
+    None)``: a tensor, an array, a nested list of numbers or a mapping is the input itself."""
+    if (
+        isinstance(batch, (tuple, list))
+        and batch
+        and isinstance(batch[0], (*_ARRAY_TYPES, Mapping))
+    ):
         return batch[0], (batch[1] if len(batch) > 1 else None)
-    if isinstance(batch, dict):
-        raise ValueError(
-            f"{fn}: `x` batches must be tensors or (x, y, ...) tuples (got a dict at batch "
-            f"{index}; use a collate_fn that returns (x, y))"
-        )
     return batch, None
-
-
-def _is_number_row(batch: Any) -> bool:
-    return not isinstance(batch[0], (*_ARRAY_TYPES, list, tuple))
 
 
 def iter_batches(
@@ -133,8 +133,8 @@ def iter_batches(
 
         batches = tqdm(batches, total=total, desc=fn, disable=None, leave=False)
     count = 0
-    for i, batch in enumerate(batches):
-        xb, yb = _split_batch(batch, i, fn)
+    for batch in batches:
+        xb, yb = _split_batch(batch)
         count += 1
         yield xb, yb
     if count == 0:

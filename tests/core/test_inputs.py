@@ -162,3 +162,15 @@ def test_batch_size_with_a_loader_and_mapping_inputs() -> None:
     x = torch.randn(5, 4)
     out = Ensemble.from_models([net]).predict_members({"x": x})
     torch.testing.assert_close(out, net({"x": x}).detach()[None], rtol=0, atol=0)
+    batches = [{"x": x[:2]}, {"x": x[2:]}]  # an iterable of mapping batches
+    streamed = Ensemble.from_models([net]).predict_members(batches)
+    torch.testing.assert_close(streamed, out, rtol=0, atol=1e-6)
+    # nested-list batches from a generator: each batch is an array, not (x, y); a list of
+    # nested lists is one array ([N, C, L] here)
+    plain = Ensemble.from_models([_mlp(0)], packed=False)
+    rows = x.double().tolist()
+    streamed = plain.predict_members(b for b in (rows[:3], rows[3:]))
+    torch.testing.assert_close(streamed, plain.predict_members(x), rtol=0, atol=1e-6)
+    conv = Ensemble.from_models([nn.Sequential(nn.Conv1d(2, 3, 1), nn.Flatten())])
+    cube = torch.randn(4, 2, 5).tolist()
+    assert conv.predict_members(cube).shape == (1, 4, 15)
