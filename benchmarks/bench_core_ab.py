@@ -6,10 +6,12 @@ On a shared, loaded machine absolute times drift by 2x between runs, so comparin
 ``bensemble_old``) and times old and new code in alternation on the workloads of
 ``bench_mc_dropout.py`` (CNN and MLP, k = 30, batch 128: ``StochasticMembers.predict_all``) and
 ``bench_packed.py`` (ten 20-64-64-2 MLPs, batch 64: ``Ensemble.predict_members`` packed, and
-the member loop). The ratio column is new time / old time (< 1.10 is the issue-10 budget for
-fixed hypotheses on MC dropout).
+the member loop). Each repeat times old and new back to back; the ratio column is the median of
+these paired new / old ratios (< 1.10 is the issue-10 budget for fixed hypotheses on MC
+dropout). Note that the old member loop ran train-mode members in train mode (issue 10's
+defect 1); the new one switches them to eval mode and back, which costs a flag flip per module.
 
-Run: ``python benchmarks/bench_core_ab.py [--old-ref 84922cc] [--repeats 15] [--threads 1]``.
+Run: ``python benchmarks/bench_core_ab.py [--old-ref 84922cc] [--repeats 21] [--threads 1]``.
 """
 
 from __future__ import annotations
@@ -17,17 +19,18 @@ from __future__ import annotations
 import argparse
 import importlib
 import re
+import statistics
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _harness  # noqa: E402
 import bench_mc_dropout  # noqa: E402
 import bench_packed  # noqa: E402
 
@@ -52,10 +55,31 @@ def load_old(ref: str, folder: Path):
     return importlib.import_module("bensemble_old.core")
 
 
+def paired(old_fn, new_fn, repeats: int) -> tuple[float, float, float]:
+    """Median old time, median new time and the median of per-repeat new / old ratios.
+
+    Each repeat times both back to back (order alternating), so a ratio sees one load level.
+    """
+    for fn in (old_fn, new_fn, old_fn, new_fn):  # warm-up
+        fn()
+    t_old, t_new, ratios = [], [], []
+    for r in range(repeats):
+        pair = {}
+        for name in ("old", "new") if r % 2 == 0 else ("new", "old"):
+            fn = old_fn if name == "old" else new_fn
+            start = time.perf_counter()
+            fn()
+            pair[name] = time.perf_counter() - start
+        t_old.append(pair["old"])
+        t_new.append(pair["new"])
+        ratios.append(pair["new"] / pair["old"])
+    return statistics.median(t_old), statistics.median(t_new), statistics.median(ratios)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old-ref", default="84922cc")
-    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -73,31 +97,29 @@ def main(argv: list[str] | None = None) -> int:
             model.eval()
             a = old.StochasticMembers(model, 30, generator=torch.Generator().manual_seed(0))
             b = new.StochasticMembers(model, 30, generator=torch.Generator().manual_seed(0))
-            t_old, t_new = _harness.measure_interleaved(
-                [lambda a=a, x=x: a.predict_all(x), lambda b=b, x=x: b.predict_all(x)],
-                repeats=args.repeats,
-                warmup=2,
+            timing = paired(
+                lambda a=a, x=x: a.predict_all(x), lambda b=b, x=x: b.predict_all(x), args.repeats
             )
-            results.append((f"MC dropout {name}, k=30, batch 128", t_old, t_new))
+            results.append((f"MC dropout {name}, k=30, batch 128", *timing))
         members = bench_packed.make_members((20, 64, 64, 2), 10, "cpu")
         x = torch.randn(64, 20, generator=gen)
         for packed in (True, False):
             a = old.Ensemble.from_models(members, packed=packed)
             b = new.Ensemble.from_models(members, packed=packed)
-            t_old, t_new = _harness.measure_interleaved(
-                [
-                    lambda a=a: [a.predict_members(x) for _ in range(20)],
-                    lambda b=b: [b.predict_members(x) for _ in range(20)],
-                ],
-                repeats=args.repeats,
-                warmup=2,
+            t_old, t_new, ratio = paired(
+                lambda a=a: [a.predict_members(x) for _ in range(20)],
+                lambda b=b: [b.predict_members(x) for _ in range(20)],
+                args.repeats,
             )
             label = "packed" if packed else "member loop"
-            results.append((f"10 x 20-64-64-2 MLPs, batch 64, {label}", t_old / 20, t_new / 20))
-    print(f"old = {args.old_ref}, new = working tree; medians of {args.repeats} interleaved runs")
-    print("| workload | old | new | new / old |\n|---|---:|---:|---:|")
-    for name, t_old, t_new in results:
-        print(f"| {name} | {t_old * 1e3:.3f} ms | {t_new * 1e3:.3f} ms | {t_new / t_old:.3f} |")
+            results.append(
+                (f"10 x 20-64-64-2 MLPs, batch 64, {label}", t_old / 20, t_new / 20, ratio)
+            )
+    print(f"old = {args.old_ref}, new = working tree; {args.repeats} paired repeats")
+    print("| workload | old (median) | new (median) | median of paired new / old |")
+    print("|---|---:|---:|---:|")
+    for name, t_old, t_new, ratio in results:
+        print(f"| {name} | {t_old * 1e3:.3f} ms | {t_new * 1e3:.3f} ms | {ratio:.3f} |")
     return 0
 
 

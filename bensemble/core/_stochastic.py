@@ -154,7 +154,8 @@ class _DropoutMask:
         self.session = session
 
     def __call__(self, module: nn.Module, inputs: tuple, output: torch.Tensor) -> torch.Tensor:
-        self.session.inside_module -= 1
+        if self.session.inside_module:
+            self.session.inside_module -= 1
         return _apply_dropout(self.session, type(module), float(module.p), inputs[0])
 
 
@@ -236,7 +237,8 @@ class SamplingSession:
                 if self.native_dropout:
                     set_training(m, True)
                 else:
-                    self._hooks.append(m.register_forward_pre_hook(self._enter_module))
+                    if self.functional:  # tell module calls from functional ones
+                        self._hooks.append(m.register_forward_pre_hook(self._enter_module))
                     self._hooks.append(m.register_forward_hook(_DropoutMask(self)))
             active = [m for m in self.layers if m.stochastic_active()]
             for m in active:
