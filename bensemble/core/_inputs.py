@@ -100,6 +100,7 @@ def iter_batches(
     *,
     batch_size: Any = None,
     progress: bool = False,
+    name: str = "x",
 ) -> Iterator[tuple[Any, Any]]:
     """Yield ``(x_batch, y_batch or None)`` from one array or an iterable of batches."""
     if batch_size is not None:
@@ -109,13 +110,13 @@ def iter_batches(
         return
     if isinstance(x, (str, bytes)) or not (_is_array(x) or isinstance(x, Iterable)):
         raise ValueError(
-            f"{fn}: `x` must be a tensor, a numpy array or an iterable of batches such as a "
+            f"{fn}: `{name}` must be a tensor, a numpy array or an iterable of batches such as a "
             f"DataLoader (got {type(x).__name__})"
         )
     if _is_array(x):
-        data = x if isinstance(x, torch.Tensor) else to_tensor(x, "x", fn)
+        data = x if isinstance(x, torch.Tensor) else to_tensor(x, name, fn)
         if data.numel() == 0:
-            raise ValueError(f"{fn}: `x` must not be empty (got shape {tuple(data.shape)})")
+            raise ValueError(f"{fn}: `{name}` must not be empty (got shape {tuple(data.shape)})")
         if batch_size is None or data.ndim == 0 or len(data) <= batch_size:
             batches: Iterable[Any] = [data]
         else:
@@ -138,4 +139,4 @@ def iter_batches(
         count += 1
         yield xb, yb
     if count == 0:
-        raise ValueError(f"{fn}: `x` must hold at least one batch (got an empty iterable)")
+        raise ValueError(f"{fn}: `{name}` must hold at least one batch (got an empty iterable)")

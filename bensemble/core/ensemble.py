@@ -107,7 +107,10 @@ class Ensemble(nn.Module):
             return (preds if reduce is None else reduce(preds)), None  # one tensor: no batching
         outs: list[torch.Tensor] = []
         ys: list[torch.Tensor] = []
-        for i, (xb, yb) in enumerate(iter_batches(x, fn, batch_size=batch_size, progress=progress)):
+        batches = iter_batches(
+            x, fn, batch_size=batch_size, progress=progress, name="data" if labels else "x"
+        )
+        for i, (xb, yb) in enumerate(batches):
             preds = self.members.predict_all(to_member_input(xb, dtype, device, "x", fn))
             outs.append(preds if reduce is None else reduce(preds))
             if labels:
