@@ -70,7 +70,7 @@ def test_one_row_input_with_batchnorm_members() -> None:
 
 def test_grad_mode_and_flags_restored_when_a_member_raises() -> None:
     models = [_net(0), nn.Sequential(nn.Linear(4, 4), _Bomb()).train(), _net(2)]
-    models[0][1].eval()  # mixed flags come back exactly
+    models[0][3].eval()  # mixed flags come back exactly; member 0's BatchNorm is in train mode
     before = _snapshot(models)
     ens = Ensemble.from_models(models)
     with torch.enable_grad(), pytest.raises(RuntimeError, match="boom"):
