@@ -38,11 +38,14 @@ def all_modules(roots: Iterable[nn.Module]) -> list[nn.Module]:
     stack = list(roots)
     while stack:
         m = stack.pop()
-        if id(m) in seen:
+        key = id(m)
+        if m is None or key in seen:
             continue
-        seen.add(id(m))
+        seen.add(key)
         out.append(m)
-        stack.extend(c for c in m._modules.values() if c is not None)
+        children = m._modules
+        if children:
+            stack.extend(children.values())
     return out
 
 
