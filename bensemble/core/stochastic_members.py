@@ -239,6 +239,8 @@ class StochasticMembers(MemberAdapter):
 
     def _split(self) -> tuple[nn.Module | None, nn.Module]:
         """``(trunk, head)`` with ``model(x) == head(trunk(x))``; trunk ``None`` if no prefix."""
+        if getattr(self, "_whole_model", False):
+            return None, self.model
         if self.trunk is not None:
             return self.trunk, self.head
         model = self.model
@@ -322,7 +324,17 @@ class StochasticMembers(MemberAdapter):
             gens = pass_generators(seeds, self._noise_device(x))
         with session:
             trunk, head = self._split()
-            h = trunk(x) if trunk is not None else x
+            h = x
+            if trunk is not None:
+                # the prefix must be deterministic: functional dropout in it (seen only now)
+                # means the whole model is sampled instead; a throwaway stream keeps the
+                # members' streams and torch's global state untouched
+                session.set_generators(pass_generators([0], self._noise_device(x)))
+                h = trunk(x)
+                if session.functional_calls:
+                    session.functional_calls = session.noise_draws = 0
+                    trunk, head, h = None, self.model, x
+                    self._whole_model = True  # no prefix from now on
             rows = input_rows(x)
             if self.strategy == "loop":
                 outputs = []

@@ -37,6 +37,17 @@ class _Functional(nn.Module):
         return self.b(F.dropout(F.relu(self.a(x)), 0.4, training=self.training))
 
 
+class _FunctionalBlock(nn.Module):
+    """A block with always-on functional dropout, placed before a dropout module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(6, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.dropout(F.relu(self.a(x)), 0.4, training=True)
+
+
 def _seq(*layers: nn.Module) -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(*layers)
@@ -96,6 +107,12 @@ def _models():
             "auto",
         ),
         ("functional", lambda: _seq(_Functional()), flat, "dropout"),
+        (
+            "functional+module",
+            lambda: _seq(_FunctionalBlock(), nn.Dropout(0.2), nn.Linear(16, 3)),
+            flat,
+            "auto",
+        ),
         (
             "DropConnect",
             lambda: _seq(nn.Linear(6, 16), nn.ReLU(), DropConnectLinear(16, 3, p=0.4)),
