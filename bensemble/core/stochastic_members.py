@@ -262,6 +262,26 @@ class StochasticMembers(MemberAdapter):
         param = next(self.model.parameters(), None)
         return param.device if param is not None else torch.device("cpu")
 
+    def _generators(self, seeds: list[int], device: torch.device) -> list[torch.Generator]:
+        """One generator per member, in its seeded state (cached: resetting a generator's state
+        is ~40x cheaper than seeding a new one)."""
+        key = (str(device), tuple(seeds))
+        cache = self.__dict__.get("_gen_cache")
+        if cache is None or cache[0] != key:
+            gens = pass_generators(seeds, device)
+            cache = (key, gens, [g.get_state() for g in gens])
+            self.__dict__["_gen_cache"] = cache
+        else:
+            for g, state in zip(cache[1], cache[2]):
+                g.set_state(state)
+        return cache[1]
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
+        state = dict(state)
+        state.pop("_gen_cache", None)  # rebuilt on the first call
+        return state
+
     # ------------------------------------------------------------------ hypotheses
     @property
     def seeds(self) -> list[int]:
@@ -321,7 +341,7 @@ class StochasticMembers(MemberAdapter):
             gens: list[torch.Generator | None] = [None] * self.num_samples
         else:
             seeds = self._seeds or draw_seeds(self.num_samples, None)
-            gens = pass_generators(seeds, self._noise_device(x))
+            gens = self._generators(seeds, self._noise_device(x))
         with session:
             trunk, head = self._split()
             h = x
@@ -329,7 +349,8 @@ class StochasticMembers(MemberAdapter):
                 # the prefix must be deterministic: functional dropout in it (seen only now)
                 # means the whole model is sampled instead; a throwaway stream keeps the
                 # members' streams and torch's global state untouched
-                session.set_generators(pass_generators([0], self._noise_device(x)))
+                if session.functional:
+                    session.set_generators(pass_generators([0], self._noise_device(x)))
                 h = trunk(x)
                 if session.functional_calls:
                     session.functional_calls = session.noise_draws = 0
