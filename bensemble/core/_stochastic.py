@@ -34,6 +34,9 @@ __all__ = [
     "draw_seeds",
     "pass_generators",
     "SamplingSession",
+    "DEGENERATE_MESSAGE",
+    "resolved_mode",
+    "is_active",
 ]
 
 #: Every dropout module of torch; ``mode="dropout"`` switches on all of them.
@@ -74,6 +77,32 @@ def stochastic_kind(module: nn.Module) -> str | None:
 def kinds_present(modules: Iterable[nn.Module]) -> set[str]:
     """The set of stochastic kinds among ``modules``."""
     return {k for k in map(stochastic_kind, modules) if k is not None}
+
+
+#: The end of every "degenerate ensemble" error.
+DEGENERATE_MESSAGE = (
+    "without one every member would be the same prediction (M identical copies, no "
+    "uncertainty at all)"
+)
+_SINGLE_MODES = ("dropout", "dropconnect", "bayesian")
+
+
+def resolved_mode(kinds: set[str]) -> str:
+    """The mode name of a set of kinds, as bensemble 0.2 reports ``mode="auto"``."""
+    if kinds == {"bayesian", "dropout"}:
+        return "both"
+    if len(kinds) == 1 and next(iter(kinds)) in _SINGLE_MODES:
+        return next(iter(kinds))
+    return "all"
+
+
+def is_active(module: nn.Module) -> bool:
+    """Whether a stochastic module's draws can change its output (dropout: ``0 < p < 1``)."""
+    if isinstance(module, DROPOUT_TYPES):
+        return 0.0 < float(module.p) < 1.0
+    if isinstance(module, StochasticLayer):
+        return module.stochastic_active()
+    return True
 
 
 def draw_seeds(n: int, generator: torch.Generator | None) -> list[int]:

@@ -16,11 +16,13 @@ from bensemble._validation import check_generator, check_option, check_positive_
 from bensemble.core._adapter import OUTPUT_KINDS, MemberAdapter, check_module
 from bensemble.core._checks import all_modules, check_member_stack, input_rows, member_output
 from bensemble.core._stochastic import (
-    DROPOUT_TYPES,
+    DEGENERATE_MESSAGE,
     SamplingSession,
     draw_seeds,
+    is_active,
     kinds_present,
     pass_generators,
+    resolved_mode,
     stochastic_kind,
 )
 from bensemble.core.types import MemberPredictions
@@ -36,19 +38,6 @@ MASK_MODES = ("per_pass", "per_sample")
 STRATEGIES = ("loop", "repeat")
 # Rows per forward pass when strategy="repeat" picks its own chunk size.
 _REPEAT_MAX_ROWS = 4096
-_DEGENERATE = (
-    "without one every member would be the same prediction (M identical copies, no "
-    "uncertainty at all)"
-)
-
-
-def _resolved_mode(kinds: set[str]) -> str:
-    """The mode name of a set of kinds, as bensemble 0.2 reports ``mode="auto"``."""
-    if kinds == {"bayesian", "dropout"}:
-        return "both"
-    if len(kinds) == 1 and next(iter(kinds)) in STOCHASTIC_MODES:
-        return next(iter(kinds))
-    return "all"
 
 
 class StochasticMembers(MemberAdapter):
@@ -161,7 +150,7 @@ class StochasticMembers(MemberAdapter):
         self.head = None if head is None else check_module(head, "head", fn)
         self.kinds = self._resolve_kinds()
         if self.mode == "auto":
-            self.mode = _resolved_mode(set(self.kinds))
+            self.mode = resolved_mode(set(self.kinds))
         # None: not known yet whether forward calls functional dropout (found on the first call)
         self._functional_dropout: bool | None = None if "dropout" in self.kinds else False
         if self.trunk is not None and kinds_present(self.trunk.modules()) & set(self.kinds):
@@ -220,7 +209,7 @@ class StochasticMembers(MemberAdapter):
             raise ValueError(
                 f"{fn}: `model` must contain a stochastic layer for mode={self.mode!r} "
                 f"(dropout modules, DropConnect or Bayesian layers; found kinds: {found}; "
-                f"functional dropout needs mode='dropout'); {_DEGENERATE}"
+                f"functional dropout needs mode='dropout'); {DEGENERATE_MESSAGE}"
             )
         return tuple(sorted(kinds))
 
@@ -229,12 +218,12 @@ class StochasticMembers(MemberAdapter):
         modules = [m for m in self._all_modules() if stochastic_kind(m) in self.kinds]
         if not modules:
             return  # mode="dropout" without modules: checked on the first forward pass
-        if any(_is_active(m) for m in modules):
+        if any(is_active(m) for m in modules):
             return
         names = sorted({f"{type(m).__name__}(p={getattr(m, 'p', '?')})" for m in modules})
         raise ValueError(
             f"{fn}: `model` must have an active stochastic layer (got only inactive ones: "
-            f"{', '.join(names)}); {_DEGENERATE}"
+            f"{', '.join(names)}); {DEGENERATE_MESSAGE}"
         )
 
     def _split(self) -> tuple[nn.Module | None, nn.Module]:
@@ -376,7 +365,7 @@ class StochasticMembers(MemberAdapter):
             raise ValueError(
                 f"{fn}: `model` must call an active stochastic layer in forward (mode="
                 f"{self.mode!r} found {list(self.kinds)} but the forward pass drew no noise); "
-                f"{_DEGENERATE}"
+                f"{DEGENERATE_MESSAGE}"
             )
 
     def _predict_repeat(
@@ -412,11 +401,3 @@ class StochasticMembers(MemberAdapter):
     @property
     def member_modules(self) -> list[nn.Module]:
         return [self.model]
-
-
-def _is_active(module: nn.Module) -> bool:
-    if isinstance(module, DROPOUT_TYPES):
-        return 0.0 < float(module.p) < 1.0
-    if isinstance(module, StochasticLayer):
-        return module.stochastic_active()
-    return True
