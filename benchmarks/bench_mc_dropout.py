@@ -2,6 +2,9 @@
 
 Every layer before the first dropout module is deterministic, so ``StochasticMembers`` runs it
 once per call and samples only the rest (found automatically for ``nn.Sequential`` models).
+Members are fixed hypotheses (per-member seeds drawn once at construction, masks of shape
+``[1, *features]``), so every timed call evaluates the same ``k`` members; the first call also
+looks for functional dropout and is excluded from the timings (warm-up).
 
 Workloads (k = 30 passes, float32, eval-mode batch norm):
 * CNN: 1x28x28 input, Conv(8)-BN-ReLU-Pool-Conv(16)-BN-ReLU-Pool-Linear(784, 128)-ReLU-

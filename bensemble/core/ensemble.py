@@ -1,21 +1,24 @@
 """The :class:`Ensemble`: member predictions from any source, combined.
 
 An ensemble does not care where its members come from: explicit networks (a deep ensemble),
-random forward passes of one network (MC dropout, DropConnect), draws from a posterior
-approximation, or the trees of a scikit-learn forest. Every source goes through a
-:class:`~bensemble.core.member.MemberAdapter` and yields raw member outputs ``[M, B, *]``.
+fixed random draws of one network (MC dropout, DropConnect, Bayesian layers), draws from a
+posterior approximation, or fitted scikit-learn classifiers. Every source goes through a
+:class:`~bensemble.core.member.MemberAdapter` and yields raw member outputs ``[M, B, *]``; the
+ensemble streams inputs batch by batch (:mod:`bensemble.core._inputs`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from bensemble._validation import check_option, check_positive_int
+from bensemble._validation import check_option, check_positive_int, to_tensor
+from bensemble.core._inputs import iter_batches, to_member_input
 from bensemble.core.member import ExplicitMembers, MemberAdapter, StochasticMembers
 from bensemble.core.packed import PACKED_OPTIONS, PackedMembers, packable
 from bensemble.core.sklearn_members import SklearnMembers
@@ -24,11 +27,28 @@ from bensemble.core.types import MemberPredictions, PosteriorSource, Predictions
 __all__ = ["Ensemble"]
 
 
+def _mean_over_members(preds: torch.Tensor) -> torch.Tensor:
+    return preds.mean(dim=0)
+
+
 class Ensemble(nn.Module):
     """A collection of predictors whose outputs are combined.
 
-    Members are predicted under :func:`torch.no_grad` (as in bensemble 0.2): the ensemble is an
-    inference object; train its members directly.
+    Guarantees of every prediction method (``predict_members``, ``predict_member_probs``,
+    ``predict_proba``, ``predict_log_proba``, ``predict_with_labels``, ``forward``):
+
+    * **Side-effect free.** Members run in eval mode (dropout off, BatchNorm on its running
+      statistics; a stochastic ensemble switches on only the random layers it samples) under
+      :func:`torch.no_grad`; every module's ``training`` flag and the grad mode are restored
+      exactly afterwards, also when a member raises; BatchNorm statistics never change.
+    * **Fixed members.** Member ``m`` is the same function of ``x`` on every call, whatever the
+      batch size, split or row order; for stochastic ensembles until :meth:`resample` (except
+      the explicit, incoherent ``mask="per_sample"`` opt-in of :meth:`from_stochastic`).
+    * **Any input.** A tensor, numpy array or nested list, or an iterable of batches (a
+      ``DataLoader`` yielding ``x`` or ``(x, y, ...)``); floating inputs are converted to the
+      members' dtype and device; ``batch_size`` slices an array, ``progress=True`` shows a tqdm
+      bar. Bad members (a tuple or dict output, wrong rows, NaN / inf, probabilities off the
+      simplex) raise a ``ValueError`` naming the member.
 
     Args:
         members: a :class:`~bensemble.core.member.MemberAdapter` (or a list of ``nn.Module``,
@@ -68,34 +88,165 @@ class Ensemble(nn.Module):
         self.combiner = combiner
 
     # ------------------------------------------------------------------ predictions
-    def predict_members(self, x: Any) -> MemberPredictions:
-        """Raw member outputs ``[M, B, *]`` (logits for networks, probabilities for trees)."""
-        return self.members.predict_all(x)
+    def _stream(
+        self,
+        x: Any,
+        fn: str,
+        reduce: Callable[[torch.Tensor], torch.Tensor] | None,
+        *,
+        batch_size: Any,
+        progress: bool,
+        labels: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Predict every batch of ``x``; ``reduce`` maps ``[M, B, *]`` to ``[B, *]`` per batch."""
+        dtype, device = self.members.input_spec()
+        if isinstance(x, torch.Tensor) and batch_size is None and not labels:
+            if x.numel() == 0:
+                raise ValueError(f"{fn}: `x` must not be empty (got shape {tuple(x.shape)})")
+            preds = self.members.predict_all(to_member_input(x, dtype, device, "x", fn))
+            return (preds if reduce is None else reduce(preds)), None  # one tensor: no batching
+        outs: list[torch.Tensor] = []
+        ys: list[torch.Tensor] = []
+        batches = iter_batches(
+            x, fn, batch_size=batch_size, progress=progress, name="data" if labels else "x"
+        )
+        for i, (xb, yb) in enumerate(batches):
+            preds = self.members.predict_all(to_member_input(xb, dtype, device, "x", fn))
+            outs.append(preds if reduce is None else reduce(preds))
+            if labels:
+                if yb is None:
+                    raise ValueError(
+                        f"{fn}: `data` must yield (x, y) batches with labels (got batch {i} "
+                        "without labels)"
+                    )
+                y = to_tensor(yb, "y", fn).reshape(-1).cpu()
+                rows = preds.shape[1] if preds.ndim > 1 else 1
+                if len(y) != rows:
+                    raise ValueError(
+                        f"{fn}: `data` must yield one label per row (got {len(y)} labels for "
+                        f"{rows} rows in batch {i})"
+                    )
+                ys.append(y)
+        dim = 1 if reduce is None else 0
+        out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=dim)
+        return out, (torch.cat(ys) if labels else None)
 
-    def predict_member_probs(self, x: Any) -> torch.Tensor:
-        """Member probabilities ``[M, B, K]``: softmax of logits; probabilities as they are."""
-        preds = self.predict_members(x)
+    def predict_members(
+        self, x: Any, *, batch_size: int | None = None, progress: bool = False
+    ) -> MemberPredictions:
+        """Raw member outputs ``[M, N, *]`` (logits for networks, probabilities for trees).
+
+        Args:
+            x: a tensor, numpy array or nested list ``[N, *features]``, or an iterable of
+                batches (a ``DataLoader`` yielding ``x`` or ``(x, y, ...)``). Floating inputs are
+                converted to the members' dtype and device.
+            batch_size: predict an array input in slices of this many rows (bounded memory);
+                the result does not depend on it (member ``m`` is one fixed function).
+            progress: show a tqdm bar over batches (hidden when the output is not a terminal).
+        """
+        fn = "Ensemble.predict_members"
+        return self._stream(x, fn, None, batch_size=batch_size, progress=progress)[0]
+
+    def _member_probs(self, preds: torch.Tensor) -> torch.Tensor:
         return preds.softmax(dim=-1) if self.members.output_kind == "logits" else preds
 
-    def forward(self, x: Any) -> Predictions:
-        """The combined raw prediction ``[B, *]`` (default: mean of the raw member outputs)."""
-        preds = self.predict_members(x)
-        if self.combiner is None:
-            return preds.mean(dim=0)
-        return self.combiner(preds)
+    def _member_log_probs(self, preds: torch.Tensor) -> torch.Tensor:
+        return preds.log_softmax(dim=-1) if self.members.output_kind == "logits" else preds.log()
 
-    def predict_proba(self, x: Any) -> torch.Tensor:
-        """The Bayesian model average ``[B, K]``: the mean over members of their probabilities.
+    def predict_member_probs(
+        self, x: Any, *, batch_size: int | None = None, progress: bool = False
+    ) -> torch.Tensor:
+        """Member probabilities ``[M, N, K]``: softmax of logits; probabilities as they are.
 
-        ``p(y | x) = (1/M) sum_m p_m(y | x)``; not the softmax of the mean logits.
+        ``x``, ``batch_size`` and ``progress`` as in :meth:`predict_members`.
         """
-        return self.predict_member_probs(x).mean(dim=0)
+        fn = "Ensemble.predict_member_probs"
+        preds = self._stream(x, fn, None, batch_size=batch_size, progress=progress)[0]
+        return self._member_probs(preds)
+
+    def predict_with_labels(
+        self, data: Any, *, batch_size: int | None = None, progress: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Member probabilities ``[M, N, K]`` and the labels ``[N]``, gathered in one pass.
+
+        ``data`` yields ``(x, y, ...)`` batches (a ``DataLoader`` over a labelled dataset); the
+        labels are concatenated in the order the predictions were made, so a shuffling loader
+        cannot misalign them. Labels come back on the CPU with the dtype the loader gave.
+        """
+        fn = "Ensemble.predict_with_labels"
+        preds, labels = self._stream(
+            data, fn, None, batch_size=batch_size, progress=progress, labels=True
+        )
+        return self._member_probs(preds), labels
+
+    def forward(self, x: Any) -> Predictions:
+        """The combined raw prediction ``[N, *]`` (default: mean of the raw member outputs)."""
+        combine = self.combiner if self.combiner is not None else _mean_over_members
+        return self._stream(x, "Ensemble.forward", combine, batch_size=None, progress=False)[0]
+
+    def predict_proba(
+        self, x: Any, *, batch_size: int | None = None, progress: bool = False
+    ) -> torch.Tensor:
+        """The Bayesian model average ``[N, K]``: the mean over members of their probabilities.
+
+        ``p(y | x) = (1/M) sum_m p_m(y | x)``; not the softmax of the mean logits. ``x``,
+        ``batch_size`` and ``progress`` as in :meth:`predict_members`; member predictions are
+        averaged batch by batch, so memory holds ``[N, K]``, not ``[M, N, K]``.
+        """
+        fn = "Ensemble.predict_proba"
+
+        def reduce(preds: torch.Tensor) -> torch.Tensor:
+            return self._member_probs(preds).mean(dim=0)
+
+        return self._stream(x, fn, reduce, batch_size=batch_size, progress=progress)[0]
+
+    def predict_log_proba(
+        self, x: Any, *, batch_size: int | None = None, progress: bool = False
+    ) -> torch.Tensor:
+        """``log p(y | x)`` ``[N, K]`` of the model average, computed stably.
+
+        ``log((1/M) sum_m p_m) = logsumexp_m(log p_m) - log M`` from member log-probabilities
+        (``log_softmax`` of logits), so it is finite wherever some member gives the class a
+        positive probability, even where another member's softmax underflows to 0;
+        ``predict_log_proba(x).exp()`` equals :meth:`predict_proba` up to rounding.
+
+        These are the logits to give :class:`~bensemble.calibration.TemperatureScaling` for an
+        ensemble: their softmax is the ensemble's probabilities, whereas the mean of the member
+        logits is a different model (the softmax of mean logits is not the model average).
+        """
+        fn = "Ensemble.predict_log_proba"
+        log_m = math.log(self.num_members)
+
+        def reduce(preds: torch.Tensor) -> torch.Tensor:
+            return torch.logsumexp(self._member_log_probs(preds), dim=0) - log_m
+
+        return self._stream(x, fn, reduce, batch_size=batch_size, progress=progress)[0]
 
     def sample_masks(self) -> contextlib.AbstractContextManager:
-        """Keep the same members for every call inside the context (see
-        :meth:`bensemble.core.member.StochasticMembers.sample_masks`); a no-op for fixed members.
+        """bensemble 0.2 compatibility: a context in which the members stay the same.
+
+        Members are fixed hypotheses anyway (see :meth:`resample`), so this changes nothing for
+        per-pass masks; see :meth:`bensemble.core.member.StochasticMembers.sample_masks`.
         """
         return self.members.sample_masks()
+
+    def resample(
+        self, generator: torch.Generator | None = None, *, seed: int | None = None
+    ) -> Ensemble:
+        """Draw ``M`` new hypotheses for a stochastic ensemble (MC dropout, DropConnect, ...).
+
+        Until this is called, member ``m`` is the same function on every call. Returns ``self``.
+        Explicit members (networks, trees, posterior draws) are fixed: build a new ensemble.
+        """
+        resample = getattr(self.members, "resample", None)
+        if resample is None:
+            raise ValueError(
+                "Ensemble.resample: `members` must be stochastic (from_stochastic) to resample "
+                f"(got {type(self.members).__name__}, whose members are fixed models; build a "
+                "new ensemble instead)"
+            )
+        resample(generator, seed=seed)
+        return self
 
     # ------------------------------------------------------------------ properties
     @property
@@ -145,16 +296,28 @@ class Ensemble(nn.Module):
         mode: str = "auto",
         mask: str = "per_pass",
         generator: torch.Generator | None = None,
+        *,
+        seed: int | None = None,
         **kwargs: Any,
     ) -> Ensemble:
-        """An implicit ensemble: ``num_samples`` random forward passes of one network.
+        """An implicit ensemble of ``num_samples`` fixed hypotheses of one random network.
 
-        See :class:`~bensemble.core.member.StochasticMembers` for ``mode``, ``mask``,
-        ``generator`` and the keyword options (``trunk``, ``head``, ``strategy``, ...).
+        Member ``m`` is one mask / weight draw, derived from a per-member seed drawn here from
+        ``generator`` or ``seed`` (else torch's global state): the same function of ``x`` on
+        every call, however the data is batched, until :meth:`resample`. See
+        :class:`~bensemble.core.member.StochasticMembers` for ``mode`` (``"auto"`` is resolved:
+        ``ensemble.members.mode`` says what was found), ``mask`` (``"per_sample"``: per-row
+        noise, an incoherent opt-in) and the keyword options (``trunk``, ``head``, ...).
         """
         return cls(
             members=StochasticMembers(
-                model, num_samples=num_samples, mode=mode, mask=mask, generator=generator, **kwargs
+                model,
+                num_samples=num_samples,
+                mode=mode,
+                mask=mask,
+                generator=generator,
+                seed=seed,
+                **kwargs,
             )
         )
 
@@ -171,11 +334,20 @@ class Ensemble(nn.Module):
             )
         n_members = check_positive_int(n_members, "n_members", fn)
         models = source.sample_models(n_members, **kwargs)
+        if isinstance(models, nn.Module) and not isinstance(models, nn.ModuleList):
+            models = [models]
+        models = list(models)
+        if len(models) != n_members:
+            raise ValueError(
+                f"{fn}: `source.sample_models` must return n_members={n_members} models "
+                f"(returned {len(models)} models)"
+            )
         return cls(members=ExplicitMembers(models))
 
     @classmethod
     def from_sklearn(cls, estimator: Any) -> Ensemble:
-        """Members are the sub-estimators of a fitted scikit-learn forest or bagging classifier.
+        """Members from scikit-learn: the trees of a fitted forest / bagging classifier, or a
+        list of fitted classifiers (pipelines included) with ``predict_proba``.
 
         See :class:`~bensemble.core.sklearn_members.SklearnMembers`; members give probabilities.
         """

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bensemble.core._checks import check_member_stack
 from bensemble.core.member import ExplicitMembers
 from bensemble.core.types import MemberPredictions
 
@@ -217,4 +218,4 @@ class PackedMembers(ExplicitMembers):
                 h = torch.bmm(h, step[1])
             else:
                 h = torch.baddbmm(step[2], h, step[1])
-        return h.contiguous()
+        return check_member_stack(h.contiguous(), self.output_kind, "PackedMembers.predict_all")

@@ -5,6 +5,8 @@
 
 * ``stochastic_kind`` (class attribute) names the family, e.g. ``"dropconnect"`` or
   ``"bayesian"``; ``StochasticMembers(mode=...)`` selects layers by it.
+* :meth:`StochasticLayer.stochastic_active` says whether a draw can change the output at all
+  (an ensemble refuses layers that are all inactive).
 * The layer is random when :attr:`StochasticLayer.sampling` is true, i.e. in train mode **or**
   while its ``force_sample`` flag is set; otherwise it computes its deterministic mean.
   An ensemble sets ``force_sample`` and leaves the model in eval mode, so batch norm and other
@@ -98,6 +100,14 @@ class StochasticLayer(nn.Module):
         """True when the forward pass draws noise: train mode or ``force_sample``."""
         return self.training or self.force_sample
 
+    def stochastic_active(self) -> bool:
+        """Whether sampling can change the output (``False``: every draw is the same function).
+
+        An ensemble whose selected layers are all inactive is refused (``M`` identical copies);
+        subclasses override this (DropConnect: ``p > 0``; Bayesian layers: some ``sigma > 0``).
+        """
+        return True
+
 
 class BaseBayesianLayer(StochasticLayer):
     """Base for variational layers with factorised Gaussian posteriors (bensemble 0.2 path).
@@ -114,6 +124,14 @@ class BaseBayesianLayer(StochasticLayer):
     def __init__(self, prior_sigma: float = 1.0) -> None:
         super().__init__()
         self.prior_sigma = check_positive(prior_sigma, "prior_sigma", type(self).__name__)
+
+    def stochastic_active(self) -> bool:
+        """``True`` when some posterior ``sigma = softplus(rho)`` is positive (or no pairs)."""
+        pairs = self._gaussian_pairs()
+        if not pairs:
+            return True
+        with torch.no_grad():
+            return any(bool((F.softplus(rho) > 0).any()) for _, _, rho in pairs)
 
     def _gaussian_pairs(self) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
         pairs = []

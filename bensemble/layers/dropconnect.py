@@ -88,6 +88,10 @@ class DropConnectLinear(StochasticLayer):
                 layer.bias.copy_(linear.bias)
         return layer
 
+    def stochastic_active(self) -> bool:
+        """``p > 0``: with ``p = 0`` every draw keeps every weight."""
+        return self.p > 0.0
+
     def _mask(self, generator: torch.Generator | None) -> torch.Tensor:
         w = self.weight
         return bernoulli_mask(

@@ -255,10 +255,11 @@ def test_from_sklearn_maps_missing_classes(data) -> None:
 
 def test_from_sklearn_validation(data) -> None:
     x, y = data
-    with pytest.raises(ValueError, match="`estimator` must be a fitted scikit-learn ensemble"):
+    with pytest.raises(ValueError, match="`estimator` must be fitted.*call fit first"):
         Ensemble.from_sklearn(RandomForestClassifier())
-    with pytest.raises(ValueError, match="`estimator` must be a fitted scikit-learn ensemble"):
+    with pytest.raises(ValueError, match="without estimators_; for a single model") as info:
         Ensemble.from_sklearn(LogisticRegression().fit(x, y))
+    assert "call fit first" not in str(info.value)  # it is fitted: say what is accepted
     forest = RandomForestClassifier(n_estimators=3, random_state=0).fit(x, y)
     ens = Ensemble.from_sklearn(forest)
     with pytest.raises(ValueError, match="`x` must have 5 features"):

@@ -202,10 +202,19 @@ def test_alpha_dropout_values_match_torch(drop: nn.Module) -> None:
 
 
 def test_dropout_p_zero_and_one() -> None:
+    """Alone they are degenerate (M identical copies); next to an active module they act."""
     x = torch.randn(5, 4, generator=_gen())
-    keep = StochasticMembers(nn.Sequential(nn.Dropout(0.0)), 3, generator=_gen()).predict_all(x)
-    assert torch.equal(keep, x.expand(3, 5, 4))
-    drop = StochasticMembers(nn.Sequential(nn.Dropout(1.0)), 3, generator=_gen()).predict_all(x)
+    for p in (0.0, 1.0):
+        with pytest.raises(ValueError, match="active stochastic layer"):
+            StochasticMembers(nn.Sequential(nn.Dropout(p)), 3, generator=_gen())
+    keep = StochasticMembers(
+        nn.Sequential(nn.Dropout(0.0), nn.Dropout(0.5)), 3, generator=_gen()
+    ).predict_all(x)
+    half = StochasticMembers(nn.Sequential(nn.Dropout(0.5)), 3, generator=_gen()).predict_all(x)
+    assert torch.equal(keep, half)  # p = 0 is the identity and draws nothing
+    drop = StochasticMembers(
+        nn.Sequential(nn.Dropout(0.5), nn.Dropout(1.0)), 3, generator=_gen()
+    ).predict_all(x)
     assert torch.equal(drop, torch.zeros(3, 5, 4))
 
 
@@ -284,8 +293,10 @@ def test_sample_masks_freezes_members_over_a_loader(toy: nn.Module, x: torch.Ten
         again = members.predict_all(x)
     torch.testing.assert_close(batches, whole, rtol=1e-6, atol=1e-6)
     assert torch.equal(whole, again)
-    outside_1, outside_2 = members.predict_all(x), members.predict_all(x)
-    assert not torch.equal(outside_1, outside_2)  # fresh members on every call otherwise
+    # members are fixed hypotheses outside the context too, until resample()
+    assert torch.equal(members.predict_all(x), whole)
+    members.resample()
+    assert not torch.equal(members.predict_all(x), whole)
 
 
 def test_sample_masks_refuses_per_sample(toy: nn.Module) -> None:

@@ -38,7 +38,9 @@ def test_build_ensemble_is_reproducible_and_varies() -> None:
 
 def test_model_without_dropout_is_an_error() -> None:
     model = nn.Sequential(nn.Linear(4, 8), DropConnectLinear(8, 3))
-    with pytest.raises(ValueError, match="mode='dropout'"):
-        MCDropoutEnsembler(model).build_ensemble()
+    # functional dropout can only be seen in a forward pass: the first prediction refuses it
+    ens = MCDropoutEnsembler(model).build_ensemble()
+    with pytest.raises(ValueError, match="mode='dropout'.*drew no noise"):
+        ens.predict_proba(torch.randn(3, 4))
     with pytest.raises(ValueError, match="MCDropoutEnsembler: `model` must be a torch.nn.Module"):
         MCDropoutEnsembler(lambda x: x)

@@ -76,3 +76,17 @@ def test_bernoulli_mask() -> None:
     assert abs(float(a.mean()) - 0.3) < 0.02
     c = bernoulli_mask((3,), 1.0, dtype=torch.float64)
     assert torch.equal(c, torch.ones(3, dtype=torch.float64))
+
+
+def test_stochastic_active() -> None:
+    """A layer whose every sigma is 0 cannot change its output: an ensemble refuses it."""
+    layer = _Gaussian()
+    assert layer.stochastic_active()
+    layer.apply_pruning(threshold=1e9)  # prunes every weight: sigma -> softplus(-1e8) = 0
+    assert not layer.stochastic_active()
+
+    class Plain(StochasticLayer):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x
+
+    assert Plain().stochastic_active()  # unknown layers count as active

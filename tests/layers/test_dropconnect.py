@@ -154,3 +154,8 @@ def test_p_validation(p) -> None:
 def test_size_validation(n_in, n_out, name) -> None:
     with pytest.raises(ValueError, match=f"`{name}` must be an integer >= 1"):
         DropConnectLinear(n_in, n_out)
+
+
+def test_stochastic_active_needs_positive_p() -> None:
+    assert DropConnectLinear(3, 2, p=0.2).stochastic_active()
+    assert not DropConnectLinear(3, 2, p=0.0).stochastic_active()
