@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import torch
@@ -41,11 +42,14 @@ def fit_inputs(
     num_classes: int | None = None,
     *,
     members: bool = False,
+    stacklevel: int = 4,
 ) -> tuple[torch.Tensor, torch.Tensor, bool, float]:
     """Validated float64 logits ``[N, K]`` (``[M, N, K]`` with ``members``) and int64 labels.
 
     Returns ``(logits64, labels, owned, eps)``: ``owned`` says whether the float64 tensor is a
-    private copy (safe to overwrite), ``eps`` is the machine epsilon of the input dtype.
+    private copy (safe to overwrite), ``eps`` is the machine epsilon of the input dtype. Warns
+    (:class:`UserWarning`) when every row lies in ``[0, 1]`` and sums to 1: probabilities passed
+    as logits, which the fit would treat as logits (it never guesses; it says so).
     """
     raw = to_tensor(logits, "logits", fn)
     if members and raw.ndim != 3:
@@ -73,10 +77,29 @@ def fit_inputs(
             f"{fn}: `logits` must have num_classes={num_classes} columns (got shape "
             f"{tuple(z.shape)})"
         )
+    _warn_if_probabilities(z, input_eps(raw), fn, stacklevel + 1)
     n = z.shape[-2]
     y = as_labels(labels, "labels", fn, n=n, num_classes=z.shape[-1], device=z.device)
     owned = raw.dtype != torch.float64  # the float64 tensor is then a fresh copy
     return z, y, owned, input_eps(raw)
+
+
+def _warn_if_probabilities(z: torch.Tensor, eps: float, fn: str, stacklevel: int) -> None:
+    """Warn when every row of ``z`` lies on the probability simplex (one aminmax pass)."""
+    if z.numel() == 0:
+        return
+    lo, hi = torch.aminmax(z)
+    if not (float(lo) >= 0.0 and float(hi) <= 1.0):
+        return
+    tolerance = 1e-2 if eps > 1e-4 else 1e-4  # half-precision rows sum to 1 less exactly
+    if float((z.sum(dim=-1) - 1.0).abs().max()) <= tolerance:
+        warnings.warn(
+            f"{fn}: every row of `logits` lies in [0, 1] and sums to 1 - these look like "
+            "probabilities; the scaler works on logits, so pass log-probabilities "
+            "(probs.log(), or Ensemble.predict_log_proba) instead.",
+            UserWarning,
+            stacklevel=stacklevel,
+        )
 
 
 def forward_input(logits: Any, fn: str, num_classes: int | None) -> tuple[torch.Tensor, Any]:

@@ -56,6 +56,13 @@ class _AffineScaling(nn.Module):
         """
         z, out_dtype = forward_input(logits, f"{self._name}.forward", self.num_classes)
         params = [p.to(device=z.device, dtype=z.dtype) for p in self.parameters()]
+        finite = torch.stack([torch.isfinite(q.detach()).all() for q in params])
+        if not bool(finite.all()):  # one host synchronisation for all parameters
+            names = [n for (n, _), ok in zip(self.named_parameters(), finite.tolist()) if not ok]
+            raise ValueError(
+                f"{self._name}.forward: the parameters {names} must be finite (got NaN/inf "
+                "values, e.g. from a diverged optimiser); refit or reload the scaler"
+            )
         return self._map(z, params).to(out_dtype)
 
     def fit(self, logits: Any, labels: Any, max_iter: int = 100) -> _AffineScaling:
@@ -74,7 +81,8 @@ class _AffineScaling(nn.Module):
         """
         fn = f"{self._name}.fit"
         max_iter = check_positive_int(max_iter, "max_iter", fn)
-        z, y, _, _ = fit_inputs(logits, labels, fn, self.num_classes)
+        self._check_hyperparameters(fn)
+        z, y, _, _ = fit_inputs(logits, labels, fn, self.num_classes, stacklevel=3)
         params = [p.requires_grad_() for p in self._initial(z.device)]
         optimizer = torch.optim.LBFGS(
             params,
@@ -119,6 +127,10 @@ class _AffineScaling(nn.Module):
                 stacklevel=2,
             )
         return self
+
+    def _check_hyperparameters(self, fn: str) -> None:
+        """Re-check hyper-parameters a user may have reassigned since ``__init__``."""
+        check_positive_int(self.num_classes, "num_classes", fn, minimum=2)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # noqa: ANN001
         fn = f"{self._name}.load_state_dict"
@@ -209,6 +221,10 @@ class MatrixScaling(_AffineScaling):
     def _map(self, z: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
         weight, bias = params
         return z @ weight.T + bias
+
+    def _check_hyperparameters(self, fn: str) -> None:
+        super()._check_hyperparameters(fn)
+        check_positive(self.off_diagonal_l2, "off_diagonal_l2", fn, allow_zero=True)
 
     def _penalty(self, params: list[torch.Tensor]) -> torch.Tensor | None:
         if self.off_diagonal_l2 == 0.0:

@@ -212,3 +212,71 @@ def test_informative_fits_are_unchanged_by_the_new_default():
     assert scaler.converged_ and not scaler.at_boundary_
     assert abs(scaler.temperature_ - 3.0) < 0.3
     assert np.isclose(scaler.temperature_, fit_temperature(logits, labels), rtol=0, atol=0)
+
+
+# ============================================ class 3: hyper-parameters reassigned after __init__
+@pytest.mark.parametrize(
+    "attr,value",
+    [
+        pytest.param("on_boundary", "clip", id="on_boundary"),
+        pytest.param("bounds", (2.0, 1.0), id="bounds"),
+        pytest.param("init_temp", -1.0, id="init_temp"),
+    ],
+)
+def test_temperature_fit_rechecks_reassigned_hyperparameters(attr, value):
+    logits, _ = _tempered()
+    scaler = TemperatureScaling()
+    setattr(scaler, attr, value)
+    with pytest.raises(ValueError, match=f"`{attr}`"):
+        scaler.fit(logits, logits.argmax(-1))
+
+
+def test_matrix_fit_rechecks_the_penalty():
+    logits, labels = _tempered(k=3)
+    scaler = MatrixScaling(3)
+    scaler.off_diagonal_l2 = float("nan")
+    with pytest.raises(ValueError, match="`off_diagonal_l2`"):
+        scaler.fit(logits, labels)
+
+
+@pytest.mark.parametrize("make", [lambda: VectorScaling(3), lambda: MatrixScaling(3)])
+def test_affine_forward_refuses_non_finite_parameters(make):
+    scaler = make()
+    with torch.no_grad():
+        next(scaler.parameters())[0] = float("nan")  # e.g. a diverged optimiser step
+    with pytest.raises(ValueError, match="finite"):
+        scaler(torch.randn(4, 3))
+
+
+def test_temperature_forward_refuses_a_non_finite_parameter():
+    scaler = TemperatureScaling()
+    with torch.no_grad():
+        scaler.log_temperature.fill_(float("nan"))
+    with pytest.raises(ValueError, match="temperature"):
+        scaler(torch.randn(4, 3))
+
+
+# ======================================================== class 1: probabilities passed as logits
+@pytest.mark.parametrize(
+    "fit",
+    [
+        lambda z, y: TemperatureScaling().fit(z, y),
+        lambda z, y: fit_temperature(z, y),
+        lambda z, y: VectorScaling(4).fit(z, y),
+        lambda z, y: TemperatureScaling().fit(z[None].expand(3, -1, -1), y, ensemble=True),
+    ],
+    ids=["temperature", "functional", "vector", "ensemble"],
+)
+def test_probabilities_passed_as_logits_warn(fit):
+    logits, labels = _tempered(temp=3.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with pytest.warns(UserWarning, match="look like probabilities"):
+            fit(logits.softmax(-1), labels)
+
+
+def test_logits_in_the_unit_interval_that_are_not_on_the_simplex_do_not_warn():
+    logits, labels = _tempered(temp=3.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        TemperatureScaling().fit(logits.sigmoid(), labels)  # in [0, 1], rows do not sum to 1
