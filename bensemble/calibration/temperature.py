@@ -121,31 +121,39 @@ def fit_temperature(
     return fit.temperature
 
 
-def _exp(x: float) -> float:
-    """``exp(x)`` in float64, ``inf`` on overflow (``math.exp`` raises instead)."""
-    try:
-        return math.exp(x)
-    except OverflowError:
-        return math.inf
+_F32 = torch.finfo(torch.float32)
 
 
-def _float32_log(t: float, fn: str, name: str) -> float:
-    """``log t`` rounded to float32, checked to give a finite positive ``T`` back."""
-    log32 = float(torch.tensor(math.log(t), dtype=torch.float32))
-    if not 0.0 < _exp(log32) < math.inf:
-        raise ValueError(f"{fn}: `{name}` must be a positive float64 temperature (got {t!r})")
+def _log_parameter(t: float, fn: str, name: str) -> torch.Tensor:
+    """``log t`` as the float32 parameter value ``[1]``; ``exp`` of it must be a normal float32.
+
+    The applied temperature is ``exp`` of the float32 parameter, so it must lie in float32's
+    normal range ``[1.2e-38, 3.4e38]``.
+    """
+    log32 = torch.tensor([math.log(t)], dtype=torch.float32)
+    _check_applied(log32, fn, name, t)
     return log32
+
+
+def _check_applied(log_t: torch.Tensor, fn: str, name: str, shown: Any) -> None:
+    applied = float(log_t.detach().exp().reshape(-1)[0])
+    if not _F32.tiny <= applied <= _F32.max:
+        raise ValueError(
+            f"{fn}: `{name}` must give a temperature in float32's normal range "
+            f"[{_F32.tiny:.3g}, {_F32.max:.3g}] (got {shown!r})"
+        )
 
 
 class TemperatureScaling(nn.Module):
     """Temperature scaling: ``softmax(z / T)`` with one positive scalar ``T``.
 
     ``T`` is stored as its logarithm (``log_temperature``, an ordinary float32 parameter of shape
-    ``[1]``) so it can never become non-positive; :attr:`temperature` gives ``T`` as a tensor and
-    :attr:`temperature_` as a Python float. :meth:`fit` solves for the NLL optimum exactly in
-    float64 (see :func:`fit_temperature` for the method and the boundary rule); ``temperature_``
-    is that float64 optimum, the parameter holds it rounded to float32 (relative error
-    ``<= 6e-8 |log T|``), and :meth:`forward` applies the parameter.
+    ``[1]``) so it can never become non-positive. :meth:`fit` solves for the NLL optimum exactly
+    in float64 (see :func:`fit_temperature`, which returns that float64 value, for the method and
+    the boundary rule) and stores it in the parameter; the applied temperature
+    ``exp(log_temperature)`` is then within ``2**-24 (|log T| + 2)`` relative of the optimum.
+    :attr:`temperature` (a tensor, as in bensemble 0.2), :attr:`temperature_` (a Python float)
+    and :meth:`forward` all use that applied value, so a reported ``T`` reproduces the outputs.
 
     Dividing a row by a positive ``T`` is monotone, also in floating point, so the predicted class
     is kept: the original top logit stays a row maximum (two logits within one unit in the last
@@ -186,7 +194,7 @@ class TemperatureScaling(nn.Module):
         converged_: Whether the solver met its tolerance at an interior optimum.
         at_boundary_: Whether ``temperature_`` was clamped to an end of ``bounds``.
         n_iter_: Newton iterations used (objective evaluations if the fallback ran).
-        nll_: Mean NLL (nats) of the scaled logits on the fitting data.
+        nll_: Mean NLL (nats) of the scaled logits on the fitting data, at the float64 optimum.
         solver_: ``"newton"``, ``"bounded"`` or (``ensemble=True``) ``"grid"``.
 
     Example:
@@ -213,11 +221,7 @@ class TemperatureScaling(nn.Module):
         self.init_temp = check_positive(init_temp, "init_temp", fn)
         self.bounds = check_bounds(bounds, fn)
         self.on_boundary = check_option(on_boundary, "on_boundary", ON_BOUNDARY, fn)
-        log32 = _float32_log(self.init_temp, fn, "init_temp")
-        self.log_temperature = nn.Parameter(torch.tensor([log32], dtype=torch.float32))
-        # (T in float64, the float32 log it was stored as): temperature_ is exact while the
-        # parameter still holds that value
-        self._exact: tuple[float, float] | None = (self.init_temp, log32)
+        self.log_temperature = nn.Parameter(_log_parameter(self.init_temp, fn, "init_temp"))
 
     @property
     def temperature(self) -> torch.Tensor:
@@ -235,20 +239,16 @@ class TemperatureScaling(nn.Module):
                 )
             value = float(value.detach().reshape(()))
         t = check_positive(value, "temperature", fn)
-        self._store(t, _float32_log(t, fn, "temperature"))
+        self._store(_log_parameter(t, fn, "temperature"))
 
     @property
     def temperature_(self) -> float:
-        """The temperature this module applies, as a Python float (the float64 fit result)."""
-        log_t = float(self.log_temperature.detach().reshape(-1)[0])
-        if self._exact is not None and self._exact[1] == log_t:
-            return self._exact[0]
-        return _exp(log_t)
+        """The temperature this module applies, ``exp(log_temperature)``, as a Python float."""
+        return float(self.log_temperature.detach().exp().reshape(-1)[0])
 
-    def _store(self, t: float, log32: float) -> None:
+    def _store(self, log_t: torch.Tensor) -> None:
         with torch.no_grad():
-            self.log_temperature.fill_(log32)
-        self._exact = (t, float(self.log_temperature.detach().reshape(-1)[0]))
+            self.log_temperature.copy_(log_t)
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
         """Scaled logits ``z / T``.
@@ -261,17 +261,17 @@ class TemperatureScaling(nn.Module):
         """
         fn = "TemperatureScaling.forward"
         z, out_dtype = forward_input(logits, fn, None)
-        t = self.log_temperature.to(device=z.device, dtype=torch.float64).exp()
+        t = self.temperature.to(device=z.device)  # exp in the parameter's dtype: temperature_
         value = float(t.detach().reshape(-1)[0])
         if not 0.0 < value < math.inf:
             raise ValueError(
                 f"{fn}: the temperature must be finite and positive (got {value}); "
-                "`log_temperature` was set to a value outside the float64 range"
+                "`log_temperature` was set outside the range of its dtype"
             )
         info = torch.finfo(z.dtype)
         if info.tiny <= value <= info.max:  # T representable in the input dtype
             return (z / t.to(z.dtype)).to(out_dtype)
-        return (z.to(torch.float64) / t).to(out_dtype)
+        return (z.to(torch.float64) / t.to(torch.float64)).to(out_dtype)
 
     def fit(
         self, logits: Any, labels: Any, max_iter: int = 100, *, ensemble: bool = False
@@ -311,7 +311,7 @@ class TemperatureScaling(nn.Module):
             ensemble=ensemble,
             fn=fn,
         )
-        self._store(fit.temperature, _float32_log(fit.temperature, fn, "temperature"))
+        self._store(_log_parameter(fit.temperature, fn, "temperature"))
         self.converged_ = fit.converged
         self.at_boundary_ = fit.at_boundary
         self.n_iter_ = fit.n_iter
@@ -333,14 +333,8 @@ class TemperatureScaling(nn.Module):
                 raise ValueError(f"{fn}: `{legacy}` must be a temperature > 0 (got {t})")
             state_dict[key] = torch.tensor([math.log(t)], dtype=torch.float64)
         if key in state_dict:
-            value = state_tensor(state_dict[key], key, fn, None)
-            log_t = float(value.to(torch.float64).reshape(()))
-            log32 = float(torch.tensor(log_t, dtype=self.log_temperature.dtype))
-            if not 0.0 < _exp(log32) < math.inf:
-                raise ValueError(
-                    f"{fn}: `{key}` must give a finite positive temperature exp(`{key}`) "
-                    f"(got exp({log_t}))"
-                )
-            state_dict[key] = value.reshape(1)
+            value = state_tensor(state_dict[key], key, fn, None).reshape(1)
+            stored = value.to(self.log_temperature.dtype)
+            _check_applied(stored, fn, key, f"exp({float(value)})")
+            state_dict[key] = value
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        self._exact = None
