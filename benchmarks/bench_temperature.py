@@ -53,7 +53,7 @@ def make_workload(n: int, k: int, device: str, seed: int = 0):
 
 
 def fit_ours(logits, labels) -> float:
-    return TemperatureScaling(init_temp=INIT_TEMP).fit(logits, labels).temperature.item()
+    return TemperatureScaling(init_temp=INIT_TEMP).fit(logits, labels).temperature_
 
 
 def fit_lbfgs_bensemble02(logits, labels) -> float:

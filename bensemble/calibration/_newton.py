@@ -19,7 +19,21 @@ Whether a finite positive optimum exists is decided before any iteration, from t
 the monotone gradient: ``NLL'(0) = mean(mean_k zc - zc_y)`` must be negative (otherwise the
 logits are no better than uniform and ``T -> inf`` is optimal), and ``NLL'(inf) = -mean(zc_y)``
 must be positive (otherwise every label is a row maximum - separable data - and ``T -> 0`` is
-optimal). A bracket ``[lo, hi]`` on the sign of the gradient keeps every iterate inside the
+optimal).
+
+These decisions never rest on rounding, so the same data give the same outcome on every device,
+thread count and row order:
+
+* a row whose spread ``max_k z - min_k z`` is at most :data:`FLAT_ULPS` units in the last place
+  of its largest ``|z|`` (in the input's dtype) is a tie: its centred logits are set to exactly
+  0. Such differences are what two summation orders of the same logit give; they carry no
+  information about the label, and a fit on them would amplify rounding noise. When every row
+  is a tie the NLL does not depend on ``T`` at all (``log K`` for every ``T``), which is treated
+  like uninformative logits: ``T_max``;
+* ``NLL'(0)`` counts as negative only beyond its rounding-error bound
+  ``2 (N + K) eps64 mean_i(max_k zc_i - min_k zc_i)``; within it the logits are read as no
+  better than uniform (``T_max``).
+ A bracket ``[lo, hi]`` on the sign of the gradient keeps every iterate inside the
 admissible range ``[1 / T_max, 1 / T_min]`` (so ``b`` stays positive); a Newton step that leaves
 the bracket is replaced by a probe of the range end or a geometric bisection. If the iteration
 meets a non-finite value or runs out of iterations, scipy's bounded scalar search on ``log T``
@@ -31,11 +45,12 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["CalibrationFitError", "TemperatureFit", "DEFAULT_TEMPERATURE_BOUNDS"]
+__all__ = ["CalibrationFitError", "TemperatureFit", "DEFAULT_TEMPERATURE_BOUNDS", "FLAT_ULPS"]
 
 #: Admissible temperature range: ``log T`` in ``[-4, 4]`` as in the practitioner's guide.
 DEFAULT_TEMPERATURE_BOUNDS: tuple[float, float] = (math.exp(-4.0), math.exp(4.0))
@@ -49,15 +64,20 @@ _DECREMENT_ATOL = 1e-12
 # The bounded fallback search: absolute tolerance on log T, and how close to an end is "at" it.
 _FALLBACK_XATOL = 1e-10
 _FALLBACK_EDGE = 1e-2
+#: A row whose spread is at most this many units in the last place (of the input dtype, at the
+#: row's largest magnitude) is a tie.
+FLAT_ULPS = 8
+_EPS64 = 2.0**-52
 
 
 class CalibrationFitError(RuntimeError):
     """A post-hoc calibrator could not be fitted to a well-determined optimum.
 
-    Raised, for example, when the NLL-optimal temperature lies at (or beyond) the end of the
-    admissible range: ``T -> 0`` for separable validation data where every label is the top
-    class, ``T -> inf`` when the logits are no better than a uniform guess, or when the logits
-    are constant within every row.
+    Raised with ``on_boundary="raise"`` when the NLL-optimal temperature lies at (or beyond) the
+    end of the admissible range: ``T -> 0`` for separable validation data where every label is
+    the top class, ``T -> inf`` when the logits are no better than a uniform guess, or when the
+    logits are constant within every row (the default ``"warn"`` returns the boundary value
+    with a warning instead).
     """
 
 
@@ -72,7 +92,7 @@ class TemperatureFit:
         converged: Whether the solver met its tolerance at an interior optimum.
         solver: ``"newton"`` or ``"bounded"`` (scipy's bounded scalar search, the fallback).
         at_boundary: Whether the optimum lies at an end of the admissible range (only returned
-            with ``on_boundary="warn"``; otherwise that case raises).
+            with ``on_boundary="warn"``, the default; ``"raise"`` raises instead).
     """
 
     temperature: float
@@ -86,21 +106,34 @@ class TemperatureFit:
 class _CentredLogits:
     """Float64 logits shifted to row maximum 0, with scratch space for the Newton passes."""
 
-    def __init__(self, logits64: torch.Tensor, labels: torch.Tensor, *, owned: bool) -> None:
+    def __init__(
+        self, logits64: torch.Tensor, labels: torch.Tensor, *, owned: bool, eps: float = 0.0
+    ) -> None:
         row_max = logits64.amax(dim=1, keepdim=True)
+        row_min = logits64.amin(dim=1, keepdim=True)
         # ``owned``: logits64 is a private copy we may overwrite (saves one [N, K] allocation).
         self.zc = logits64.sub_(row_max) if owned else logits64 - row_max
+        if eps > 0.0:  # rows flat to within rounding of the input dtype are exact ties
+            scale = torch.maximum(row_max.abs(), row_min.abs())
+            self.zc.masked_fill_((row_max - row_min) <= FLAT_ULPS * eps * scale, 0.0)
         self.zc_label = self.zc.gather(1, labels.unsqueeze(1)).squeeze(1)
         self.buf = torch.empty_like(self.zc)
 
-    def gradient_limits(self) -> tuple[float, float, bool]:
-        """``NLL'(0)``, ``NLL'(inf)`` and whether every row is constant."""
+    def gradient_limits(self) -> tuple[float, float, bool, float]:
+        """``NLL'(0)``, ``NLL'(inf)``, whether every row is constant, and the rounding bound
+        of the computed ``NLL'(0)``."""
         row_mean = self.zc.mean(dim=1)  # <= 0, and 0 exactly for a constant row
         stats = torch.stack(
-            [(row_mean - self.zc_label).mean(), -self.zc_label.mean(), (row_mean < 0).any()]
+            [
+                (row_mean - self.zc_label).mean(),
+                -self.zc_label.mean(),
+                (row_mean < 0).any(),
+                -self.zc.amin(dim=1).mean(),
+            ]
         )
-        g_zero, g_inf, varies = stats.tolist()
-        return g_zero, g_inf, not varies
+        g_zero, g_inf, varies, mean_spread = stats.tolist()
+        n, k = self.zc.shape
+        return g_zero, g_inf, not varies, 2.0 * (n + k) * _EPS64 * mean_spread
 
     def _exp_sum(self, b: float) -> torch.Tensor:
         torch.mul(self.zc, b, out=self.buf)
@@ -131,19 +164,20 @@ def _boundary(
     *,
     on_boundary: str,
     temperature: float,
-    data: _CentredLogits | None,
+    data: _CentredLogits | Callable[[float], float],
     n_iter: int,
     solver: str,
     stacklevel: int = 5,
 ) -> TemperatureFit:
     if on_boundary == "raise":
         raise CalibrationFitError(
-            message + " Pass on_boundary='warn' to accept the boundary value, or widen `bounds`."
+            message + " With on_boundary='warn' (the default) the boundary value is returned "
+            "with a warning; or widen `bounds`."
         )
     # stacklevel 5: _boundary <- solve_temperature <- _fit_temperature <- fit <- the caller
     warnings.warn(message + " Returning the boundary value.", RuntimeWarning, stacklevel=stacklevel)
-    nll = data.nll(1.0 / temperature) if data is not None else float("nan")
-    return TemperatureFit(temperature, nll, n_iter, False, solver, at_boundary=True)
+    nll = data.nll if isinstance(data, _CentredLogits) else data
+    return TemperatureFit(temperature, nll(1.0 / temperature), n_iter, False, solver, True)
 
 
 def solve_temperature(
@@ -156,6 +190,8 @@ def solve_temperature(
     on_boundary: str,
     fn: str,
     owned: bool = False,
+    eps: float = 0.0,
+    stacklevel: int = 5,
 ) -> TemperatureFit:
     """Fit ``T`` by safeguarded Newton on ``b = 1 / T`` (inputs already validated).
 
@@ -168,38 +204,43 @@ def solve_temperature(
         on_boundary: ``"raise"`` or ``"warn"`` for an optimum at an end of ``bounds``.
         fn: Caller name for messages.
         owned: Whether ``logits64`` is a private copy that may be overwritten.
+        eps: Machine epsilon of the dtype the logits came in (0 for exact integers): rows flat
+            to within :data:`FLAT_ULPS` of it are ties.
+        stacklevel: Of a boundary warning (5: the caller of ``fit``).
 
     Returns:
         The :class:`TemperatureFit`.
     """
     t_min, t_max = bounds
     b_min, b_max = 1.0 / t_max, 1.0 / t_min
-    data = _CentredLogits(logits64, labels, owned=owned)
-    g_zero, g_inf, constant = data.gradient_limits()
+    data = _CentredLogits(logits64, labels, owned=owned, eps=eps)
+    g_zero, g_inf, constant, g_zero_error = data.gradient_limits()
+    where = dict(on_boundary=on_boundary, data=data, solver="newton", stacklevel=stacklevel)
     if constant:
-        raise CalibrationFitError(
-            f"{fn}: the logits are constant within every row, so the NLL does not depend on "
-            "the temperature; there is nothing to fit."
+        return _boundary(
+            f"{fn}: the logits are constant within every row (to within {FLAT_ULPS} units in "
+            "the last place of their dtype), so the NLL does not depend on the temperature and "
+            f"the logits carry no information; the uninformative end T_max = {t_max:.4g} "
+            "applies.",
+            temperature=t_max,
+            n_iter=0,
+            **where,
         )
     if g_inf <= 0.0:
         return _boundary(
             f"{fn}: every label is a top-scoring class (the data are separable), so the NLL "
             f"keeps falling as T -> 0; the optimum lies below T_min = {t_min:.4g}.",
-            on_boundary=on_boundary,
             temperature=t_min,
-            data=data,
             n_iter=0,
-            solver="newton",
+            **where,
         )
-    if g_zero >= 0.0:
+    if g_zero >= -g_zero_error:
         return _boundary(
             f"{fn}: the logits predict the labels no better than a uniform guess, so the NLL "
             f"keeps falling as T -> inf; the optimum lies above T_max = {t_max:.4g}.",
-            on_boundary=on_boundary,
             temperature=t_max,
-            data=data,
             n_iter=0,
-            solver="newton",
+            **where,
         )
 
     lo, hi = b_min, b_max  # the optimum lies in [lo, hi]
@@ -219,21 +260,17 @@ def solve_temperature(
             return _boundary(
                 f"{fn}: the NLL optimum lies below T_min = {t_min:.4g} (the lower end of "
                 "`bounds`).",
-                on_boundary=on_boundary,
                 temperature=t_min,
-                data=data,
                 n_iter=it,
-                solver="newton",
+                **where,
             )
         if b <= b_min and grad > 0.0:
             return _boundary(
                 f"{fn}: the NLL optimum lies above T_max = {t_max:.4g} (the upper end of "
                 "`bounds`).",
-                on_boundary=on_boundary,
                 temperature=t_max,
-                data=data,
                 n_iter=it,
-                solver="newton",
+                **where,
             )
         step = -grad / curv
         b_new = b + step
@@ -250,18 +287,28 @@ def solve_temperature(
             else:
                 b_new = math.sqrt(lo * hi)  # geometric bisection of the bracket
         b = b_new
-    return _solve_bounded(data, t_min, t_max, on_boundary=on_boundary, fn=fn)
+    return solve_bounded(
+        data.nll, t_min, t_max, on_boundary=on_boundary, fn=fn, stacklevel=stacklevel + 1
+    )
 
 
-def _solve_bounded(
-    data: _CentredLogits, t_min: float, t_max: float, *, on_boundary: str, fn: str
+def solve_bounded(
+    nll: Callable[[float], float],
+    t_min: float,
+    t_max: float,
+    *,
+    on_boundary: str,
+    fn: str,
+    stacklevel: int,
+    solver: str = "bounded",
 ) -> TemperatureFit:
-    """Fallback: scipy's bounded Brent search on ``log T`` over ``[log T_min, log T_max]``."""
+    """Scipy's bounded Brent search of ``nll(b = 1 / T)`` on ``log T`` in ``[log T_min, log T_max]``
+    (the Newton fallback; the ensemble fit's refinement)."""
     from scipy.optimize import minimize_scalar
 
     lo, hi = math.log(t_min), math.log(t_max)
     result = minimize_scalar(
-        lambda log_t: data.nll(math.exp(-log_t)),
+        lambda log_t: nll(math.exp(-log_t)),
         bounds=(lo, hi),
         method="bounded",
         options={"xatol": _FALLBACK_XATOL, "maxiter": 500},
@@ -277,9 +324,9 @@ def _solve_bounded(
             f"{fn}: the temperature search stopped at the end of its range ({end} = {value:.4g}).",
             on_boundary=on_boundary,
             temperature=value,
-            data=data,
+            data=nll,
             n_iter=n_eval,
-            solver="bounded",
-            stacklevel=6,
+            solver=solver,
+            stacklevel=stacklevel,
         )
-    return TemperatureFit(math.exp(log_t), float(result.fun), n_eval, True, "bounded")
+    return TemperatureFit(math.exp(log_t), float(result.fun), n_eval, True, solver)

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from bensemble._validation import as_labels, check_probability
+from bensemble.conformal.scores import check_seed
 
 __all__ = ["CalibrationSplit", "split_calibration"]
 
@@ -53,13 +54,14 @@ def split_calibration(
             samples (ties to even) go to the temperature part.
         stratify: keep each class's proportion equal in both parts.
         generator: source of the random permutation.
-        seed: shorthand for ``generator=torch.Generator().manual_seed(seed)``.
+        seed: shorthand for ``generator=torch.Generator().manual_seed(seed)``: an integer
+            in ``[0, 2**64)`` (floats, bools and negative numbers are refused, never truncated).
 
     Returns:
         :class:`CalibrationSplit` of disjoint ascending index tensors covering ``0..N-1``.
 
     Raises:
-        ValueError: when either part would be empty.
+        ValueError: when either part would be empty, or on a bad argument.
 
     Example:
         >>> parts = split_calibration(torch.tensor([0, 1] * 5), seed=0)
@@ -71,14 +73,7 @@ def split_calibration(
     fraction = check_probability(temperature_fraction, "temperature_fraction", fn)
     if not isinstance(stratify, bool):
         raise ValueError(f"{fn}: `stratify` must be True or False (got {stratify!r})")
-    if generator is not None and seed is not None:
-        raise ValueError(f"{fn}: `seed` must be None when `generator` is given (got {seed!r})")
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise ValueError(
-            f"{fn}: `generator` must be a torch.Generator or None (got {type(generator).__name__})"
-        )
-    if seed is not None:
-        generator = torch.Generator().manual_seed(int(seed))
+    generator = check_seed(generator, seed, fn)
     n = y.shape[0]
     perm = torch.randperm(n, generator=generator).to(y.device)
     if stratify:

@@ -6,27 +6,37 @@ whose score is at most the calibrated threshold, so a larger score means "less p
 
 * **LAC** (least ambiguous set-valued classifier; the practitioner's guide's rule):
   ``s(x, y) = 1 - p_y(x)``.
-* **APS** (adaptive prediction sets): sort the row in decreasing order and add up the
-  probabilities of every label ranked above ``y``. Non-randomised, ``y`` counts fully,
-  ``s(x, y) = sum_{j <= r(y)} p_(j)``; randomised, it counts with a weight ``u ~ U(0, 1)`` drawn
-  once per sample, ``s(x, y) = sum_{j < r(y)} p_(j) + u p_(r(y))``, which makes coverage exact
-  rather than conservative.
+* **APS** (adaptive prediction sets, Romano et al., 2020): sort the row in decreasing order
+  and add up the probabilities of the labels ranked above ``y``. Randomised, ``y``'s own
+  probability counts with a weight ``u ~ U(0, 1)`` drawn once per sample,
+  ``s(x, y) = sum_{j < r(y)} p_(j) + u p_(r(y))``, which makes coverage exact rather than
+  conservative (and allows empty sets). Non-randomised, ``y``'s own probability does not count
+  (``u = 0``): ``s(x, y) = sum_{j < r(y)} p_(j)``, the mass ranked strictly above ``y``. The set
+  ``{y : s(x, y) <= t}`` then holds the top labels up to *and including* the label at which the
+  cumulative mass first exceeds ``t`` - Romano et al.'s non-randomised set - so it always holds
+  the top label and is never empty (the top label scores 0, and every threshold is ``>= 0``).
+  Counting ``y`` fully instead, ``sum_{j <= r(y)} p_(j)``, would exclude a confident row's top
+  label whenever ``p_(1)`` exceeds the threshold, giving empty sets for the most confident
+  inputs.
 * **RAPS** (regularised APS): APS plus ``lam * max(0, r(y) - k_reg)``, where ``r(y)`` is the
   1-based rank of ``y``; it penalises long tails of unlikely labels. ``lam`` stands for the
-  paper's lambda (a Python keyword).
+  paper's lambda (a Python keyword). The penalty grows with the rank, so the top label still
+  has the smallest score any label can have and non-randomised RAPS sets are never empty.
 
 Within a row, equal probabilities are ranked by class index (a stable sort), so scores are
-deterministic. Member probabilities ``[M, N, K]`` are scored on their mean over members. All
-scores are computed in float64.
+deterministic. Randomised scores take ``generator=`` or ``seed=`` (one of them) for the
+uniforms. Member probabilities ``[M, N, K]`` are scored on their mean over members. All scores
+are computed in float64.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
-from bensemble._validation import as_probs, check_positive, check_positive_int
+from bensemble._validation import as_probs, check_generator, check_positive, check_positive_int
 
 __all__ = ["SCORES", "lac_scores", "aps_scores", "raps_scores"]
 
@@ -81,35 +91,45 @@ def aps_kernel(
     """
     p = p.to(torch.float64)
     ordered, order = torch.sort(p, dim=1, descending=True, stable=True)
-    if u is None:
-        s = torch.cumsum(ordered, dim=1)
-    else:
-        before = torch.cumsum(ordered, dim=1)
-        before = torch.cat([torch.zeros_like(before[:, :1]), before[:, :-1]], dim=1)
-        s = before + u.to(torch.float64).unsqueeze(1) * ordered
+    # the mass ranked strictly above each label (0 for the top label)
+    s = torch.cumsum(ordered, dim=1)
+    s = torch.cat([torch.zeros_like(s[:, :1]), s[:, :-1]], dim=1)
+    if u is not None:
+        s = s + u.to(torch.float64).unsqueeze(1) * ordered
     if lam > 0.0:
         ranks = torch.arange(1, p.shape[1] + 1, dtype=torch.float64, device=p.device)
         s = s + lam * torch.clamp(ranks - k_reg, min=0.0)
     return torch.empty_like(s).scatter_(1, order, s)
 
 
-def _check_generator(generator: Any, fn: str) -> torch.Generator | None:
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise ValueError(
-            f"{fn}: `generator` must be a torch.Generator or None (got {type(generator).__name__})"
-        )
-    return generator
+#: Seeds are what :meth:`torch.Generator.manual_seed` takes without wrapping: ``[0, 2**64)``.
+_SEED_LIMIT = 2**64
+
+
+def check_seed(generator: Any, seed: Any, fn: str) -> torch.Generator | None:
+    """``generator`` or a fresh generator seeded with ``seed`` (an integer in ``[0, 2**64)``).
+
+    At most one of them may be given; ``None`` for both means torch's global random state.
+    """
+    if (
+        isinstance(seed, (int, np.integer))
+        and not isinstance(seed, bool)
+        and int(seed) >= _SEED_LIMIT
+    ):
+        raise ValueError(f"{fn}: `seed` must be an integer in [0, 2**64) (got {seed!r})")
+    return check_generator(generator, seed, fn)
 
 
 def check_score_options(
-    k_reg: Any, lam: Any, randomized: Any, generator: Any, fn: str
+    k_reg: Any, lam: Any, randomized: Any, generator: Any, fn: str, seed: Any = None
 ) -> tuple[int, float, bool, torch.Generator | None]:
-    """Validate the APS / RAPS hyper-parameters; returns them converted."""
+    """Validate the APS / RAPS hyper-parameters; returns them converted (``seed`` becomes a
+    generator)."""
     k_reg = check_positive_int(k_reg, "k_reg", fn, minimum=0)
     lam = check_positive(lam, "lam", fn, allow_zero=True)
     if not isinstance(randomized, bool):
         raise ValueError(f"{fn}: `randomized` must be True or False (got {randomized!r})")
-    return k_reg, lam, randomized, _check_generator(generator, fn)
+    return k_reg, lam, randomized, check_seed(generator, seed, fn)
 
 
 def lac_scores(probs: Any) -> torch.Tensor:
@@ -130,25 +150,31 @@ def lac_scores(probs: Any) -> torch.Tensor:
 
 
 def aps_scores(
-    probs: Any, *, randomized: bool = True, generator: torch.Generator | None = None
+    probs: Any,
+    *,
+    randomized: bool = True,
+    generator: torch.Generator | None = None,
+    seed: int | None = None,
 ) -> torch.Tensor:
     """APS scores of every label (module docstring for the formula).
 
     Args:
         probs: probabilities ``[N, K]`` or member probabilities ``[M, N, K]``.
         randomized: weight the label's own probability by ``u ~ U(0, 1)`` (one draw per sample,
-            shared by all labels of that sample).
+            shared by all labels of that sample); ``False``: the mass ranked strictly above the
+            label (``u = 0``), whose sets are never empty.
         generator: source of ``u``.
+        seed: shorthand for ``generator=torch.Generator().manual_seed(seed)``.
 
     Returns:
         Scores ``[N, K]`` (float64).
 
     Example:
         >>> aps_scores(torch.tensor([[0.2, 0.5, 0.3]]), randomized=False)
-        tensor([[1.0000, 0.5000, 0.8000]], dtype=torch.float64)
+        tensor([[0.8000, 0.0000, 0.5000]], dtype=torch.float64)
     """
     fn = "aps_scores"
-    _, _, randomized, generator = check_score_options(0, 0.0, randomized, generator, fn)
+    _, _, randomized, generator = check_score_options(0, 0.0, randomized, generator, fn, seed)
     p = scoring_probs(probs, fn)
     u = draw_uniforms(p.shape[0], generator, p.device) if randomized else None
     return aps_kernel(p, u)
@@ -161,6 +187,7 @@ def raps_scores(
     lam: float = 0.01,
     randomized: bool = True,
     generator: torch.Generator | None = None,
+    seed: int | None = None,
 ) -> torch.Tensor:
     """RAPS scores: APS plus ``lam * max(0, rank(y) - k_reg)`` with 1-based ranks.
 
@@ -170,16 +197,19 @@ def raps_scores(
         lam: penalty per rank beyond ``k_reg`` (``>= 0``; the paper's lambda).
         randomized: as in :func:`aps_scores`.
         generator: source of the uniforms.
+        seed: shorthand for ``generator=torch.Generator().manual_seed(seed)``.
 
     Returns:
         Scores ``[N, K]`` (float64).
 
     Example:
         >>> raps_scores(torch.tensor([[0.2, 0.5, 0.3]]), k_reg=1, lam=0.1, randomized=False)
-        tensor([[1.2000, 0.5000, 0.9000]], dtype=torch.float64)
+        tensor([[1.0000, 0.0000, 0.6000]], dtype=torch.float64)
     """
     fn = "raps_scores"
-    k_reg, lam, randomized, generator = check_score_options(k_reg, lam, randomized, generator, fn)
+    k_reg, lam, randomized, generator = check_score_options(
+        k_reg, lam, randomized, generator, fn, seed
+    )
     p = scoring_probs(probs, fn)
     u = draw_uniforms(p.shape[0], generator, p.device) if randomized else None
     return aps_kernel(p, u, k_reg=k_reg, lam=lam)

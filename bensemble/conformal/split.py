@@ -12,6 +12,8 @@ Conventions:
 
 * **k > n** gives the threshold ``+inf`` and every set is the full label set. Clamping to the
   largest calibration score would *not* preserve the guarantee (the practitioner's guide).
+  This happens exactly when ``n < 1/alpha - 1`` (e.g. ``n < 9`` at ``alpha = 0.1``), and is
+  warned about (:class:`UserWarning`): such a calibration set is too small for that ``alpha``.
 * **Ties** are conservative: a test score equal to the threshold is in the set, and the rank
   rule counts tied calibration scores individually.
 * **Exact rank.** ``alpha`` is read as the decimal it prints as (``repr``), so
@@ -31,6 +33,7 @@ a sum), so there is no streaming form.
 from __future__ import annotations
 
 import math
+import warnings
 from fractions import Fraction
 from typing import Any
 
@@ -84,6 +87,48 @@ def conformal_rank(n: int, alpha: float) -> int:
     return math.ceil((n + 1) * (1 - Fraction(repr(alpha))))
 
 
+def minimum_calibration_size(alpha: float) -> int:
+    """The smallest ``n`` with a finite threshold, ``k = ceil((n + 1)(1 - alpha)) <= n``.
+
+    That is ``n >= 1/alpha - 1`` (exact rational arithmetic, ``alpha`` read as it prints).
+
+    Example:
+        >>> minimum_calibration_size(0.1), minimum_calibration_size(0.05)
+        (9, 19)
+    """
+    a = Fraction(repr(check_probability(alpha, "alpha", "minimum_calibration_size")))
+    return math.ceil(1 / a - 1)
+
+
+def _warn_infinite(fn: str, n: int, alpha: float, stacklevel: int = 3) -> None:
+    warnings.warn(
+        f"{fn}: {n} calibration scores are too few for alpha={alpha}: a finite threshold needs "
+        f"n >= 1/alpha - 1 = {minimum_calibration_size(alpha)}, so the threshold is +inf and "
+        "every prediction set is the full label set. Use more calibration data or a larger "
+        "alpha.",
+        UserWarning,
+        stacklevel=stacklevel,
+    )
+
+
+def _warn_infinite_classes(
+    fn: str, thresholds: torch.Tensor, counts: torch.Tensor, alpha: float, stacklevel: int = 3
+) -> None:
+    classes = torch.isinf(thresholds).nonzero().flatten()
+    if classes.numel() == 0:
+        return
+    listed = classes.tolist()
+    shown = listed if len(listed) <= 20 else listed[:20] + ["..."]
+    warnings.warn(
+        f"{fn}: classes {shown} have too few calibration examples for alpha={alpha} (counts "
+        f"{counts[classes].tolist()[:20]}; a finite threshold needs n_c >= 1/alpha - 1 = "
+        f"{minimum_calibration_size(alpha)}); their thresholds are +inf, so these labels are "
+        "in every prediction set.",
+        UserWarning,
+        stacklevel=stacklevel,
+    )
+
+
 def conformal_quantile(scores: Any, alpha: float) -> float:
     """The conformal threshold: the k-th smallest of ``scores``, ``k = ceil((n + 1)(1 - alpha))``.
 
@@ -92,7 +137,8 @@ def conformal_quantile(scores: Any, alpha: float) -> float:
         alpha: miscoverage level in ``(0, 1)``.
 
     Returns:
-        The threshold as a float; ``inf`` when ``k > n``.
+        The threshold as a float; ``inf`` when ``k > n`` (``n < 1/alpha - 1``), with a
+        :class:`UserWarning`.
 
     Example:
         >>> conformal_quantile(torch.arange(1.0, 10.0), 0.1)  # n = 9: the maximum
@@ -105,6 +151,7 @@ def conformal_quantile(scores: Any, alpha: float) -> float:
     s = as_float_tensor(scores, "scores", fn, ndim=1)
     k = conformal_rank(s.shape[0], alpha)
     if k > s.shape[0]:
+        _warn_infinite(fn, s.shape[0], alpha)
         return math.inf
     return kth_smallest(s, k)
 
@@ -121,7 +168,8 @@ def class_conditional_quantiles(
         alpha: miscoverage level in ``(0, 1)``.
 
     Returns:
-        Thresholds ``[K]`` (float64); ``inf`` for a class with ``k_c > n_c`` (few or no examples).
+        Thresholds ``[K]`` (float64); ``inf`` for a class with ``k_c > n_c`` (few or no examples),
+        with a :class:`UserWarning` naming those classes.
 
     Example:
         >>> scores, labels = torch.arange(1.0, 11.0), torch.tensor([0] * 9 + [1])
@@ -133,7 +181,9 @@ def class_conditional_quantiles(
     num_classes = check_positive_int(num_classes, "num_classes", fn)
     s = as_float_tensor(scores, "scores", fn, ndim=1)
     y = as_labels(labels, "labels", fn, n=s.shape[0], num_classes=num_classes, device=s.device)
-    return _class_quantiles(s, y, num_classes, alpha)
+    thresholds = _class_quantiles(s, y, num_classes, alpha)
+    _warn_infinite_classes(fn, thresholds, torch.bincount(y, minlength=num_classes), alpha)
+    return thresholds
 
 
 def kth_smallest(s: torch.Tensor, k: int) -> float:
@@ -207,9 +257,12 @@ class SplitConformalClassifier:
         k_reg: RAPS - number of top-ranked labels left unpenalised (``>= 0``).
         lam: RAPS - penalty per rank beyond ``k_reg`` (``>= 0``; the paper's lambda).
         randomized: APS / RAPS - use the randomised score (exact rather than conservative
-            coverage; sets may then be empty). Ignored by LAC.
+            coverage; sets may then be empty). ``False``: the non-randomised score, whose sets
+            always hold the top label (never empty). Ignored by LAC.
         generator: source of the APS / RAPS uniforms (one per sample, at calibration and at
             prediction). Fix it for reproducible sets.
+        seed: shorthand for ``generator=torch.Generator().manual_seed(seed)`` (an integer in
+            ``[0, 2**64)``; at most one of ``generator`` and ``seed``).
 
     Attributes:
         threshold_: the calibrated threshold, a float (``inf`` when ``k > n``), or a float64
@@ -238,6 +291,7 @@ class SplitConformalClassifier:
         lam: float = 0.01,
         randomized: bool = True,
         generator: torch.Generator | None = None,
+        seed: int | None = None,
     ) -> None:
         fn = "SplitConformalClassifier"
         self.score = check_option(score, "score", SCORES, fn)
@@ -248,8 +302,9 @@ class SplitConformalClassifier:
             )
         self.class_conditional = class_conditional
         self.k_reg, self.lam, self.randomized, self.generator = check_score_options(
-            k_reg, lam, randomized, generator, fn
+            k_reg, lam, randomized, generator, fn, seed
         )
+        self.seed = None if seed is None else int(seed)
 
     # ------------------------------------------------------------------ scores
     def _uniforms(self, n: int, device: torch.device) -> torch.Tensor | None:
@@ -296,14 +351,18 @@ class SplitConformalClassifier:
         n, k = p.shape
         y = as_labels(labels, "labels", fn, n=n, num_classes=k, device=p.device)
         s = self._label_scores(p, y)
+        counts = torch.bincount(y, minlength=k)
         if self.class_conditional:
             self.threshold_: float | torch.Tensor = _class_quantiles(s, y, k, self.alpha)
+            _warn_infinite_classes(fn, self.threshold_, counts, self.alpha)
         else:
             rank = conformal_rank(n, self.alpha)
+            if rank > n:
+                _warn_infinite(fn, n, self.alpha)
             self.threshold_ = math.inf if rank > n else kth_smallest(s, rank)
         self.n_calibration_ = int(n)
         self.num_classes_ = int(k)
-        self.class_counts_ = torch.bincount(y, minlength=k)
+        self.class_counts_ = counts
         return self
 
     def _check_calibrated(self, fn: str) -> None:
@@ -361,6 +420,8 @@ class SplitConformalClassifier:
             extra = f", randomized={self.randomized}"
             if self.score == "raps":
                 extra += f", k_reg={self.k_reg}, lam={self.lam}"
+            if self.randomized and self.seed is not None:
+                extra += f", seed={self.seed}"
         return (
             f"SplitConformalClassifier(score={self.score!r}, alpha={self.alpha}, "
             f"class_conditional={self.class_conditional}{extra})"

@@ -12,7 +12,10 @@ from bensemble.conformal import aps_scores, lac_scores, raps_scores
 
 
 def _reference_loop_aps(probs, u=None, k_reg=0, lam=0.0):
-    """APS / RAPS by a loop over samples and labels (ties ranked by class index)."""
+    """APS / RAPS by a loop over samples and labels (ties ranked by class index).
+
+    Non-randomised (``u is None``): the mass ranked strictly above the label (Romano et al.).
+    """
     n, k = probs.shape
     out = np.zeros((n, k))
     for i in range(n):
@@ -20,7 +23,7 @@ def _reference_loop_aps(probs, u=None, k_reg=0, lam=0.0):
         for y in range(k):
             r = order.index(y)  # 0-based rank
             above = sum(probs[i, order[j]] for j in range(r))
-            own = probs[i, y] if u is None else u[i] * probs[i, y]
+            own = 0.0 if u is None else u[i] * probs[i, y]  # non-randomised: u = 0
             out[i, y] = above + own + lam * max(0, (r + 1) - k_reg)
     return out
 
