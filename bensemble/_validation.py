@@ -580,8 +580,14 @@ def check_generator(
             f"{fn}: `{name}` must be a torch.Generator or None (got {type(generator).__name__})"
         )
     if seed is not None:
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ValueError(f"{fn}: `seed` must be a non-negative integer or None (got {seed!r})")
+        if (
+            isinstance(seed, bool)
+            or not isinstance(seed, (int, np.integer))
+            or not 0 <= seed < 2**64
+        ):
+            raise ValueError(
+                f"{fn}: `seed` must be an integer in [0, 2**64) or None (got {seed!r})"
+            )
         if generator is not None:
             raise ValueError(f"{fn}: pass either `{name}` or `seed`, not both (got both)")
         return torch.Generator().manual_seed(int(seed))

@@ -164,3 +164,13 @@ def test_warn_user_points_at_the_caller_outside_the_package():
     with pytest.warns(UserWarning, match="hello") as record:
         v.warn_user("hello")
     assert record[0].filename == __file__
+
+
+def test_check_generator_refuses_seeds_torch_cannot_hold():
+    """torch.Generator.manual_seed overflows at 2**64: the checker must say so first."""
+    from bensemble._validation import check_generator
+
+    assert check_generator(None, 2**64 - 1, "f").initial_seed() == 2**64 - 1
+    for bad in (2**64, -1, 1.5, True):
+        with pytest.raises(ValueError, match="f: `seed` must be an integer in"):
+            check_generator(None, bad, "f")
