@@ -165,9 +165,7 @@ def _as_images(images: np.ndarray) -> torch.Tensor:
 
 def _check_labels(labels: np.ndarray, n: int, what: str, fn: str) -> torch.Tensor:
     if labels.ndim != 1 or labels.shape[0] != n:
-        raise ValueError(
-            f"{fn}: `{what}` labels must have shape [{n}] (got {list(labels.shape)})"
-        )
+        raise ValueError(f"{fn}: `{what}` labels must have shape [{n}] (got {list(labels.shape)})")
     if labels.size and (labels.min() < 0 or labels.max() > 9):
         raise ValueError(
             f"{fn}: `{what}` labels must lie in 0..9 (got {labels.min()}..{labels.max()})"
@@ -320,7 +318,9 @@ def read_cifar10_pickle(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray
     try:
         y = np.asarray(labels, dtype=np.int64)
     except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"{fn}: `path` must hold `labels` as a list of ints (got {path})") from None
+        raise ValueError(
+            f"{fn}: `path` must hold `labels` as a list of ints (got {path})"
+        ) from None
     _check_labels(y, data.shape[0], str(path), fn)
     return data.reshape(-1, 3, 32, 32).copy(), y
 

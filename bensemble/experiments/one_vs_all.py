@@ -283,7 +283,6 @@ def write_one_vs_all(
     report.add_figure(f"{name}_fig4a", eece_ece_scatter(tables["per_task"], name=name))
 
 
-
 def eece_ece_scatter(per_task: Sequence[dict[str, Any]], *, name: str) -> Any:
     """Fig. 4(a) of a run: :func:`bensemble.plots.plot_eece_vs_ece` on its per-task rows."""
     from bensemble.plots.scatter import plot_eece_vs_ece
