@@ -144,7 +144,9 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
                     f"(got {path}: {got} bytes)"
                 )
         except (OSError, EOFError, gzip.BadGzipFile) as err:
-            raise ValueError(f"{fn}: `path` must be a readable IDX file (got {path}: {err})")
+            raise ValueError(
+                f"{fn}: `path` must be a readable IDX file (got {path}: {err})"
+            ) from None
         finally:
             if compressed:
                 stream.close()

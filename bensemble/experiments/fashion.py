@@ -12,8 +12,9 @@ means (table 1) are printed beside ours for scale.
 The images come from Debian's ``dataset-fashion-mnist`` package (``make data`` runs
 ``apt-get install -y dataset-fashion-mnist``), which installs the four IDX files (gzipped) under
 ``/usr/share/datasets/fashion-mnist/``; :func:`read_idx` parses them with numpy, so nothing is
-downloaded at run time. The pipeline is :func:`~bensemble.experiments.one_vs_all.run_image_one_vs_all`,
-shared with ``mnist`` and ``cifar10``.
+downloaded at run time. The pipeline,
+:func:`~bensemble.experiments.one_vs_all.run_image_one_vs_all`, is shared with ``mnist`` and
+``cifar10``.
 """
 
 from __future__ import annotations
