@@ -1,0 +1,57 @@
+"""``bensemble reproduce all``: the index, its verdicts and their tolerances."""
+
+from __future__ import annotations
+
+import pytest
+
+from bensemble.cli import main
+from bensemble.experiments.all import ABS_TOL, REL_TOL, verdict, verdict_rows
+
+
+@pytest.mark.parametrize(
+    ("ours", "paper", "expected"),
+    [
+        pytest.param(0.03, 0.01, "holds", id="within-abs"),
+        pytest.param(0.04, 0.01, "differs", id="outside-abs"),
+        pytest.param(11.0, "~10", "holds", id="approximate-text"),
+        pytest.param(14.0, "~10", "differs", id="outside-rel"),
+        pytest.param(0.1, "n/a", "not comparable", id="no-number"),
+        pytest.param(None, 0.1, "not comparable", id="no-ours"),
+        pytest.param(float("nan"), 0.1, "not comparable", id="nan"),
+    ],
+)
+def test_verdict_uses_the_stated_tolerances(ours, paper, expected):
+    assert (ABS_TOL, REL_TOL) == (0.02, 0.3)
+    assert verdict(ours, paper) == expected
+
+
+def test_verdict_rows_pair_columns_and_mark_stand_ins_not_comparable():
+    rows = verdict_rows("size", {"size": [{"n_train": 10, "paper EECE": 0.07, "EECE leaf5": 0.08}]})
+    assert rows == [
+        {"table": "size", "row": "n_train = 10", "quantity": "EECE leaf5", "paper": 0.07,
+         "ours": 0.08, "verdict": "holds"},
+    ]  # fmt: skip
+    summary = [
+        {"method": m, "eece": e, "paper eece": p}
+        for m, e, p in (("A", 0.1, 0.1), ("B", 0.2, 0.2), ("C", 0.3, 0.3))
+    ]
+    for name, expected in (("digits", "not comparable"), ("cifar10", "holds")):
+        out = verdict_rows(name, {"summary": summary, "per_task": []})
+        assert [r["verdict"] for r in out[:3]] == [expected] * 3
+        assert out[-1]["quantity"].startswith("Spearman") and out[-1]["ours"] == pytest.approx(1.0)
+        assert out[-1]["verdict"] == "holds"
+    finding = {"row": "x", "quantity": "q", "paper": "yes", "ours": "no", "verdict": "differs"}
+    assert verdict_rows("fig1", {"f": [finding]}) == [{"table": "f", **finding}]
+
+
+@pytest.mark.slow
+def test_reproduce_all_quick_writes_an_index_linking_every_artefact(tmp_path):
+    out = tmp_path / "out"
+    assert main(["reproduce", "all", "--quick", "--no-progress", "--out", str(out)]) == 0
+    index = (out / "index.md").read_text()
+    for name in ("toy", "size", "noise", "binning", "digits", "fig1"):
+        assert f"## {name}" in index
+    for link in ("digits/digits_fig4a.png", "fig1/fig1.png", "size/size.md"):
+        assert f"]({link})" in index and (out / link).is_file()
+    assert "| holds |" in index or "| differs |" in index
+    assert "mnist, cifar10" in index and "--data-dir" in index
