@@ -77,27 +77,56 @@ class EECEvsECEDisplay:
 
     Args:
         summary: what :func:`eece_ece_summary` returned (stored as is).
+        reference: optionally the same summary of the paper's values (e.g. of table 2), drawn
+            as hollow squares in each method's colour.
         floor: smallest value drawn on the log axes.
     """
 
-    def __init__(self, summary: EECEvsECESummary, *, floor: float = 1e-4) -> None:
+    def __init__(
+        self,
+        summary: EECEvsECESummary,
+        *,
+        reference: EECEvsECESummary | None = None,
+        floor: float = 1e-4,
+    ) -> None:
         if not (isinstance(floor, (int, float)) and floor > 0):
             raise ValueError(f"EECEvsECEDisplay: `floor` must be > 0 (got {floor!r})")
         self.summary = summary
+        self.reference = reference
         self.floor = float(floor)
         self.ax_ = None
         self.figure_ = None
 
     @classmethod
     def from_rows(cls, rows: Sequence[Mapping[str, Any]], **kwargs: Any) -> EECEvsECEDisplay:
-        """Summarise one-vs-all ``rows`` with :func:`eece_ece_summary`, then build."""
+        """Summarise one-vs-all ``rows`` with :func:`eece_ece_summary`, then build.
+
+        When every row also carries numeric ``paper ece`` and ``paper eece`` (the paper's value
+        for that task), their summary becomes ``reference``.
+        """
+        reference = None
+        if rows and all(
+            isinstance(r.get("paper ece"), (int, float))
+            and isinstance(r.get("paper eece"), (int, float))
+            for r in rows
+        ):
+            paper = [
+                {"method": r["method"], "ece": r["paper ece"], "eece": r["paper eece"]}
+                for r in rows
+            ]
+            reference = eece_ece_summary(paper)
+        kwargs.setdefault("reference", reference)
         return cls(eece_ece_summary(rows), **kwargs)
 
     @property
     def n_floored(self) -> int:
         """How many means are below ``floor`` (drawn at ``floor``)."""
         s = self.summary
-        return int((s.ece_mean < self.floor).sum() + (s.eece_mean < self.floor).sum())
+        count = int((s.ece_mean < self.floor).sum() + (s.eece_mean < self.floor).sum())
+        if self.reference is not None:
+            r = self.reference
+            count += int((r.ece_mean < self.floor).sum() + (r.eece_mean < self.floor).sum())
+        return count
 
     def plot(self, ax: Any = None, *, title: str | None = None) -> EECEvsECEDisplay:
         """Draw on ``ax`` (a new figure when ``None``); returns ``self``."""
@@ -108,11 +137,23 @@ class EECEvsECEDisplay:
         s = self.summary
         x = np.maximum(s.eece_mean, self.floor)
         y = np.maximum(s.ece_mean, self.floor)
+        ref = self.reference
+        ref_at = {} if ref is None else {m: i for i, m in enumerate(ref.methods)}
         for i, method in enumerate(s.methods):
-            ax.errorbar(
+            bars = ax.errorbar(
                 x[i], y[i], xerr=s.eece_var[i], yerr=s.ece_var[i], marker="o", capsize=3,
                 linestyle="none", label=method,
             )  # fmt: skip
+            if method in ref_at:
+                j = ref_at[method]
+                ax.plot(
+                    max(ref.eece_mean[j], self.floor), max(ref.ece_mean[j], self.floor),
+                    marker="s", markersize=9, markerfacecolor="none", linestyle="none",
+                    color=bars.lines[0].get_color(),
+                )  # fmt: skip
+        if ref is not None:
+            ax.plot([], [], marker="s", markerfacecolor="none", linestyle="none", color="black",
+                    label="paper (hollow)")  # fmt: skip
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("mean EECE over tasks (error bar: variance)")

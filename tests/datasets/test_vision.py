@@ -201,3 +201,17 @@ def test_read_cifar10_pickle_refuses_wrong_contents(tmp_path):
     path.write_bytes(pickle.dumps({b"data": np.zeros((2, 3072), np.uint8)})[:-5])
     with pytest.raises(ValueError, match="CIFAR-10 python batch"):
         read_cifar10_pickle(path)
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_read_cifar10_pickle_reads_every_protocol_and_the_old_numpy_module_name(tmp_path, protocol):
+    data, labels = _cifar_arrays(3, 0)
+    raw = pickle.dumps({b"data": data, b"labels": labels.tolist()}, protocol=protocol)
+    path = tmp_path / "b"
+    # Protocol 2 names globals as text: rename to numpy 1.x's module (the real files' form).
+    renamed = raw.replace(b"numpy._core", b"numpy.core") if protocol == 2 else raw
+    for payload in (raw, renamed):
+        path.write_bytes(payload)
+        images, y = read_cifar10_pickle(path)
+        np.testing.assert_array_equal(images.reshape(3, -1), data)
+        assert y.tolist() == [0, 1, 2]

@@ -98,3 +98,15 @@ def test_eece_ece_display_holds_the_summary():
     assert display.summary is summary and display.ax_.get_xscale() == "log"
     with pytest.raises(ValueError, match="`rows` must hold"):
         eece_ece_summary([{"method": "A", "ece": "x"}])
+
+
+def test_eece_ece_display_from_rows_takes_the_papers_values_as_reference():
+    rows = [
+        {"task": t, "method": "A", "ece": 0.1, "eece": 0.01, "paper ece": p, "paper eece": 0.0}
+        for t, p in enumerate([0.2, 0.4])
+    ]
+    display = EECEvsECEDisplay.from_rows(rows)
+    assert display.reference is not None
+    np.testing.assert_allclose(display.reference.ece_mean, [0.3])
+    assert display.n_floored == 1  # the paper's EECE of 0 is drawn at the floor
+    assert EECEvsECEDisplay.from_rows([{**rows[0], "paper ece": None}]).reference is None
