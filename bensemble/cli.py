@@ -6,8 +6,9 @@ Sub-commands::
     bensemble demo [--quick] [--out DIR] [--seed N] [--no-progress]
     bensemble evaluate PREDICTIONS --labels LABELS [--logits] [--calibration-split FRACTION]
                        [--alpha 0.1] [--n-bins 15] [--seed N] [--out DIR] [--json] ...
-    bensemble reproduce {toy,size,noise,binning,digits,fashion} [--seed N] [--repeats R]
-                        [--out DIR] [--quick]
+    bensemble reproduce {toy,size,noise,binning,digits,fashion,fig1,all} [--seed N]
+                        [--repeats R] [--out DIR] [--quick]
+    bensemble reproduce {mnist,cifar10} --data-dir DIR [--quick] ...
 """
 
 from __future__ import annotations

@@ -55,3 +55,24 @@ def test_reproduce_all_quick_writes_an_index_linking_every_artefact(tmp_path):
         assert f"]({link})" in index and (out / link).is_file()
     assert "| holds |" in index or "| differs |" in index
     assert "mnist, cifar10" in index and "--data-dir" in index
+
+
+def test_reproduce_all_plans_mnist_and_cifar_only_when_their_files_are_in_data_dir(tmp_path):
+    import gzip
+
+    import numpy as np
+
+    from bensemble.experiments._common import RunOptions
+    from bensemble.experiments.all import OFFLINE, _plan
+
+    assert [n for n, _ in _plan(RunOptions())][: len(OFFLINE)] == list(OFFLINE)
+    assert not {"mnist", "cifar10"} & {n for n, _ in _plan(RunOptions())}
+    folder = tmp_path / "mnist"
+    folder.mkdir()
+    for prefix in ("train", "t10k"):
+        for kind, array in (("images-idx3", np.zeros((2, 4, 4))), ("labels-idx1", np.zeros(2))):
+            header = bytes([0, 0, 8, array.ndim]) + np.asarray(array.shape, ">u4").tobytes()
+            raw = header + array.astype(np.uint8).tobytes()
+            (folder / f"{prefix}-{kind}-ubyte.gz").write_bytes(gzip.compress(raw))
+    plan = dict(_plan(RunOptions(extra={"data_dir": str(tmp_path)})))
+    assert plan["mnist"] == {"data_dir": str(folder)} and "cifar10" not in plan
