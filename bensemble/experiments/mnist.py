@@ -32,7 +32,7 @@ def run(options: RunOptions) -> ExperimentResult:
     try:
         data = load_mnist(data_dir)
     except FileNotFoundError as err:
-        raise DataDirError(f"{err}[.gz] (pass --data-dir DIR holding the four IDX files)") from None
+        raise DataDirError(f"{err} (pass --data-dir DIR holding the four IDX files)") from None
     return run_image_one_vs_all(
         options,
         data,

@@ -73,7 +73,7 @@ def test_reproduce_vision_without_files_exits_2_with_one_line(tmp_path, capsys, 
     for extra in ([], ["--data-dir", str(tmp_path)]):
         assert main(["reproduce", experiment, *QUICK, *extra, "--out", str(out)]) == 2
         err = capsys.readouterr().err.strip()
-        assert "\n" not in err and "--data-dir" in err
+        assert "\n" not in err and "--data-dir" in err and "[.gz][.gz]" not in err
     assert not out.exists()
 
 
@@ -110,3 +110,21 @@ def test_eece_ece_display_from_rows_takes_the_papers_values_as_reference():
     np.testing.assert_allclose(display.reference.ece_mean, [0.3])
     assert display.n_floored == 1  # the paper's EECE of 0 is drawn at the floor
     assert EECEvsECEDisplay.from_rows([{**rows[0], "paper ece": None}]).reference is None
+
+
+def test_cifar_autoencoder_is_the_papers_wider_one():
+    from torch import nn
+
+    from bensemble.experiments.autoencoder import ConvAutoEncoder
+    from bensemble.experiments.cifar import LATENT_DIM
+
+    ae = ConvAutoEncoder(side=32, latent_dim=LATENT_DIM, channels=3)
+    convs = [m for m in ae.encoder if isinstance(m, nn.Conv2d)]
+    assert [(c.in_channels, c.out_channels, c.stride) for c in convs] == [
+        (3, 16, (2, 2)),
+        (16, 32, (2, 2)),
+    ]
+    linear = next(m for m in ae.encoder if isinstance(m, nn.Linear))
+    assert (linear.in_features, linear.out_features) == (2048, 256)
+    last = [m for m in ae.decoder if isinstance(m, nn.ConvTranspose2d)][-1]
+    assert (last.in_channels, last.out_channels) == (16, 3)
