@@ -76,3 +76,18 @@ def test_reproduce_all_plans_mnist_and_cifar_only_when_their_files_are_in_data_d
             (folder / f"{prefix}-{kind}-ubyte.gz").write_bytes(gzip.compress(raw))
     plan = dict(_plan(RunOptions(extra={"data_dir": str(tmp_path)})))
     assert plan["mnist"] == {"data_dir": str(folder)} and "cifar10" not in plan
+
+
+def test_reproduce_fig1_quick_writes_the_figure_and_measures_the_bias(tmp_path):
+    import json
+
+    out = tmp_path / "out"
+    assert main(["reproduce", "fig1", "--quick", "--no-progress", "--out", str(out)]) == 0
+    assert (out / "fig1" / "fig1.png").stat().st_size > 0
+    finding = json.loads((out / "fig1" / "fig1_finding.json").read_text())["rows"][0]
+    assert finding["verdict"] in ("holds", "differs")
+    bias = json.loads((out / "fig1" / "smooth_bias.json").read_text())["rows"]
+    at_02 = [r for r in bias if r["bandwidth"] == 0.2 and r["confidences"] == "Beta(5, 2)"]
+    assert len(at_02) == 5
+    for row in at_02:  # 20,000 draws in quick mode: within 0.02 of the analytic bias
+        assert abs(row["measured"] - row["analytic"]) < 0.02
