@@ -7,14 +7,15 @@ Sub-commands::
     bensemble evaluate PREDICTIONS --labels LABELS [--logits] [--calibration-split FRACTION]
                        [--alpha 0.1] [--n-bins 15] [--seed N] [--out DIR] [--overwrite]
                        [--json] ...
-    bensemble reproduce {toy,size,noise,binning,digits,fashion} [--seed N] [--repeats R]
-                        [--out DIR] [--overwrite] [--quick]
+    bensemble reproduce {toy,size,noise,binning,digits,fashion,fig1,all} [--seed N]
+                        [--repeats R] [--out DIR] [--overwrite] [--quick]
+    bensemble reproduce {mnist,cifar10} --data-dir DIR [--quick] ...
 
 Exit status: 0 on success; 2 for every usage error (a bad option, a bad input file, a report
-folder that may not be written), reported as one line ``bensemble COMMAND: error: ...`` on
-stderr; 1 when the report cannot be written or data is missing; 130 when interrupted.
-``--help`` and ``--version`` exit 0. Warnings are one line each,
-``bensemble COMMAND: warning: ...``.
+folder that may not be written, a --data-dir without the data), reported as one line
+``bensemble COMMAND: error: ...`` on stderr; 1 when the report cannot be written or data is
+missing; 130 when interrupted. ``--help`` and ``--version`` exit 0. Warnings are one line
+each, ``bensemble COMMAND: warning: ...``.
 """
 
 from __future__ import annotations

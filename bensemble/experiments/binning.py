@@ -122,7 +122,7 @@ def run(options: RunOptions) -> ExperimentResult:
     )
     report.add_table("binning", rows, title=title)
     _figure(report, rows, auto)
-    return finish("binning", report, {"binning": rows}, watch, printer)
+    return finish("binning", report, {"binning": rows}, watch, printer, options)
 
 
 def _figure(report, rows, auto: int) -> None:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # the runners (torch, scikit-learn) load only when an experim
 
 __all__ = [
     "EXPERIMENTS",
+    "DataDirError",
     "DataUnavailableError",
     "add_reproduce_parser",
     "reproduce",
@@ -39,11 +40,19 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     "binning": ("bensemble.experiments.binning", "|EECE - TECE| vs number of bins (fig. 5)"),
     "digits": ("bensemble.experiments.digits", "one-vs-all on scikit-learn digits (table 1)"),
     "fashion": ("bensemble.experiments.fashion", "one-vs-all on Fashion-MNIST (table 1 protocol)"),
+    "mnist": ("bensemble.experiments.mnist", "table 1 on MNIST files (--data-dir)"),
+    "cifar10": ("bensemble.experiments.cifar", "table 2 on CIFAR-10 files (--data-dir)"),
+    "fig1": ("bensemble.experiments.fig1", "RF reliability diagrams + smooth curve (fig. 1)"),
+    "all": ("bensemble.experiments.all", "every offline experiment and one Markdown index"),
 }
 
 
 class DataUnavailableError(RuntimeError):
     """Raised by an experiment whose data files are missing; the message says how to get them."""
+
+
+class DataDirError(DataUnavailableError):
+    """``--data-dir`` is required and missing, or lacks a file: a usage error (exit status 2)."""
 
 
 def runner(name: str) -> Callable[[RunOptions], ExperimentResult]:
@@ -134,7 +143,8 @@ def add_reproduce_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPa
     p.add_argument(
         "--data-dir",
         default=None,
-        help="fashion: folder of the IDX files (default /usr/share/datasets/fashion-mnist)",
+        help="fashion: folder of the IDX files (default /usr/share/datasets/fashion-mnist); "
+        "mnist / cifar10 (required): folder of their files",
     )
     return p
 
@@ -183,5 +193,5 @@ def run_reproduce(args: argparse.Namespace) -> int:
         reproduce(args.experiment, options)
     except DataUnavailableError as err:
         print(f"{PROG} {args.experiment}: {err}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(err, DataDirError) else 1
     return 0

@@ -8,6 +8,7 @@ dataclass. Every function accepts torch tensors or numpy arrays.
 * :mod:`~bensemble.metrics.streaming` - batch-by-batch calibration meters
 * :mod:`~bensemble.metrics.epistemic` - EECE and TECE (epistemic calibration)
 * :mod:`~bensemble.metrics.selective` - risk-coverage curves
+* :mod:`~bensemble.metrics.smooth` - the kernel-smoothed calibration curve (Beta kernel)
 * :mod:`~bensemble.metrics.ood` - AUROC / AUPR / FPR@95 for OOD and misclassification detection
 """
 
@@ -46,11 +47,13 @@ from bensemble.metrics.selective import (
     risk_coverage_curve,
     selective_confidence,
 )
+from bensemble.metrics.smooth import SmoothCalibrationCurve, smooth_calibration_curve
 from bensemble.metrics.streaming import CalibrationErrorMeter
 
 __all__ = [
     "CalibrationBins",
     "CalibrationErrorMeter",
+    "SmoothCalibrationCurve",
     "EECEDetails",
     "accuracy",
     "assign_bins",
@@ -78,6 +81,7 @@ __all__ = [
     "reliability_diagram",
     "risk_at_coverage",
     "risk_coverage_curve",
+    "smooth_calibration_curve",
     "selective_confidence",
     "true_epistemic_calibration_error",
 ]

@@ -15,12 +15,17 @@ from bensemble.plots.reliability import (
     plot_reliability_diagram,
     wilson_interval,
 )
+from bensemble.plots.scatter import EECEvsECEDisplay, plot_eece_vs_ece
 from bensemble.plots.selective import RiskCoverageDisplay
+from bensemble.plots.smooth import SmoothCalibrationDisplay
 
 __all__ = [
+    "EECEvsECEDisplay",
     "EpistemicReliabilityDisplay",
     "ReliabilityDisplay",
     "RiskCoverageDisplay",
+    "SmoothCalibrationDisplay",
+    "plot_eece_vs_ece",
     "plot_epistemic_reliability_diagram",
     "plot_reliability_diagram",
     "plot_toy_maps",

@@ -145,7 +145,7 @@ def test_reproduce_digits_quick(tmp_path, capsys, features):
     assert [r["method"] for r in summary] == list(PAPER_ORDER)
     per_task = _table(folder, "digits_per_task")["rows"]
     assert len(per_task) == 2 * len(PAPER_ORDER)
-    assert _pngs(folder) == ["digits_ece.png", "digits_eece.png"]
+    assert _pngs(folder) == ["digits_ece.png", "digits_eece.png", "digits_fig4a.png"]
     assert ("auto-encoder" in out) == (features == "ae")
 
 
@@ -198,7 +198,10 @@ def test_reproduce_rejects_bad_arguments(tmp_path, capsys):
     assert main(["reproduce", "cifar"]) == 2
     with pytest.raises(ValueError, match="`name` must be one of"):
         reproduce("cifar")
-    assert set(EXPERIMENTS) == {"toy", "size", "noise", "binning", "digits", "fashion"}
+    assert set(EXPERIMENTS) == {
+        *("toy", "size", "noise", "binning", "digits", "fashion"),
+        *("mnist", "cifar10", "fig1", "all"),
+    }
     assert all(callable(runner(name)) for name in EXPERIMENTS)
 
 

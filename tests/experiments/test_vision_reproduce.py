@@ -1,0 +1,130 @@
+"""``bensemble reproduce mnist|cifar10 --data-dir DIR`` end to end on tiny synthetic files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bensemble.cli import main
+from bensemble.experiments.one_vs_all import PAPER_TABLE1, PAPER_TABLE2, paper_mean
+from bensemble.plots.scatter import EECEvsECEDisplay, eece_ece_summary
+
+QUICK = ["--quick", "--no-progress"]
+
+
+def _write_idx(path: Path, array: np.ndarray) -> None:
+    header = bytes([0, 0, 0x08, array.ndim]) + np.asarray(array.shape, ">u4").tobytes()
+    path.write_bytes(gzip.compress(header + array.astype(np.uint8).tobytes()))
+
+
+def _fake_mnist(folder: Path, n: int = 40) -> None:
+    rng = np.random.default_rng(0)
+    folder.mkdir(parents=True)
+    for prefix in ("train", "t10k"):
+        labels = np.arange(n) % 10
+        images = rng.integers(0, 256, size=(n, 28, 28))
+        images[labels == 0, :14] = 255
+        _write_idx(folder / f"{prefix}-images-idx3-ubyte.gz", images)
+        _write_idx(folder / f"{prefix}-labels-idx1-ubyte.gz", labels)
+
+
+def _fake_cifar(folder: Path, n: int = 8) -> None:
+    rng = np.random.default_rng(0)
+    folder.mkdir(parents=True)
+    for name, size in [*((f"data_batch_{k}", n) for k in range(1, 6)), ("test_batch", 5 * n)]:
+        labels = (np.arange(size) % 10).astype(np.uint8)
+        pixels = rng.integers(0, 256, size=(size, 3072), dtype=np.uint8)
+        pixels[labels == 0, :1024] = 255
+        (folder / f"{name}.bin").write_bytes(np.concatenate([labels[:, None], pixels], 1).tobytes())
+
+
+def _table(folder: Path, name: str) -> dict:
+    return json.loads((folder / f"{name}.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("experiment", "fake", "first_task", "table"),
+    [
+        pytest.param("mnist", _fake_mnist, "0vsAll", PAPER_TABLE1, id="mnist"),
+        pytest.param("cifar10", _fake_cifar, "airplane", PAPER_TABLE2, id="cifar10"),
+    ],
+)
+def test_reproduce_vision_quick_on_tiny_files(tmp_path, experiment, fake, first_task, table):
+    data, out = tmp_path / "data", tmp_path / "out"
+    fake(data)
+    argv = ["reproduce", experiment, *QUICK, "--data-dir", str(data), "--out", str(out)]
+    assert main(argv) == 0
+    rows = _table(out / experiment, f"{experiment}_table")["rows"]
+    assert rows[0]["task"] == first_task
+    # Per task: the paper's value of that task in parentheses; the mean row: the paper's mean.
+    assert rows[0]["Centroids"].endswith(f"({table['accuracy'][0][0]:.2f})")
+    mean = paper_mean("accuracy", "Centroids", table)
+    assert rows[2]["task"] == "mean" and rows[2]["Centroids"].endswith(f"({mean:.2f})")
+    assert (out / experiment / f"{experiment}_fig4a.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("experiment", ["mnist", "cifar10"])
+def test_reproduce_vision_without_files_exits_2_with_one_line(tmp_path, capsys, experiment):
+    out = tmp_path / "out"
+    for extra in ([], ["--data-dir", str(tmp_path)]):
+        assert main(["reproduce", experiment, *QUICK, *extra, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "--data-dir" in err and "[.gz][.gz]" not in err
+    assert not out.exists()
+
+
+def test_paper_table2_is_the_papers_cifar_table():
+    assert all(len(PAPER_TABLE2[m]) == 10 for m in ("accuracy", "ece", "eece"))
+    assert PAPER_TABLE2["eece"][9][2] == 0.24 and PAPER_TABLE2["ece"][9][2] == 0.19
+    assert PAPER_TABLE2["accuracy"][0] == (0.71, 0.71, 0.93, 0.93, 0.91, 0.91, 0.92, 0.92, 0.92)
+
+
+def test_eece_ece_display_holds_the_summary():
+    rows = [
+        {"task": t, "method": m, "ece": e, "eece": ee}
+        for t, (e, ee) in enumerate([(0.1, 0.01), (0.3, 0.03)])
+        for m in ("A", "B")
+    ]
+    summary = eece_ece_summary(rows)
+    assert summary.methods == ("A", "B")
+    np.testing.assert_allclose(summary.ece_mean, [0.2, 0.2])
+    np.testing.assert_allclose(summary.ece_var, [0.01, 0.01])
+    np.testing.assert_allclose(summary.eece_var, [1e-4, 1e-4])
+    display = EECEvsECEDisplay(summary).plot()
+    assert display.summary is summary and display.ax_.get_xscale() == "log"
+    with pytest.raises(ValueError, match="`rows` must hold"):
+        eece_ece_summary([{"method": "A", "ece": "x"}])
+
+
+def test_eece_ece_display_from_rows_takes_the_papers_values_as_reference():
+    rows = [
+        {"task": t, "method": "A", "ece": 0.1, "eece": 0.01, "paper ece": p, "paper eece": 0.0}
+        for t, p in enumerate([0.2, 0.4])
+    ]
+    display = EECEvsECEDisplay.from_rows(rows)
+    assert display.reference is not None
+    np.testing.assert_allclose(display.reference.ece_mean, [0.3])
+    assert display.n_floored == 1  # the paper's EECE of 0 is drawn at the floor
+    assert EECEvsECEDisplay.from_rows([{**rows[0], "paper ece": None}]).reference is None
+
+
+def test_cifar_autoencoder_is_the_papers_wider_one():
+    from torch import nn
+
+    from bensemble.experiments.autoencoder import ConvAutoEncoder
+    from bensemble.experiments.cifar import LATENT_DIM
+
+    ae = ConvAutoEncoder(side=32, latent_dim=LATENT_DIM, channels=3)
+    convs = [m for m in ae.encoder if isinstance(m, nn.Conv2d)]
+    assert [(c.in_channels, c.out_channels, c.stride) for c in convs] == [
+        (3, 16, (2, 2)),
+        (16, 32, (2, 2)),
+    ]
+    linear = next(m for m in ae.encoder if isinstance(m, nn.Linear))
+    assert (linear.in_features, linear.out_features) == (2048, 256)
+    last = [m for m in ae.decoder if isinstance(m, nn.ConvTranspose2d)][-1]
+    assert (last.in_channels, last.out_channels) == (16, 3)
