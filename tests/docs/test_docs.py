@@ -151,3 +151,24 @@ def test_architecture_page_names_only_files_that_exist():
     assert not missing, (
         f"docs/architecture.md names files that are not in the repository: {missing}"
     )
+
+
+def test_docstring_rewrites_render_rest_habits_as_markdown():
+    pytest.importorskip("griffe")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_griffe_examples", DOCS / "_griffe_examples.py")
+    ext = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ext)
+    text = (
+        "Summary with :func:`~bensemble.metrics.aurc` and :class:`Ensemble`.\n\n"
+        "    .. math:: a = b\n"
+        "              + c\n\n"
+        "    Example:\n"
+        "        >>> 1 + 1\n"
+        "        2\n"
+    )
+    out = ext._math_blocks(ext._EXAMPLE.sub(r"\1Examples:", ext._ROLE.sub(ext._role, text)))
+    assert "`aurc`" in out and "`Ensemble`" in out and ":func:" not in out
+    assert "    ```text\n    a = b\n    + c\n    ```" in out
+    assert "    Examples:\n" in out and "Example:\n" not in out.replace("Examples:", "")
