@@ -50,6 +50,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from bensemble import _progress
 from bensemble.experiments.report import Report, format_table
 
 if TYPE_CHECKING:
@@ -460,7 +461,9 @@ def run_demo(
         torch.set_num_threads(1)
         with (
             torch.random.fork_rng(devices=[]),
-            tqdm(total=total, desc="bensemble demo", unit="method", disable=not progress) as bar,
+            _progress.progress(
+                total=total, desc="bensemble demo", unit="method", enabled=progress
+            ) as bar,
         ):
             toy_runs, toy_setup, (grid_x, x_tr, y_tr) = _toy_runs(config, seed, settings, bar)
             title = (
