@@ -315,3 +315,28 @@ def test_every_module_imports_without_the_optional_extras():
     out = _run_python(code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def _root_conftest():
+    spec = importlib.util.spec_from_file_location("_root_conftest_probe", ROOT / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_doctest_collection_leaves_out_modules_missing_an_optional_extra(monkeypatch):
+    hook = _root_conftest().pytest_ignore_collect
+    path = ROOT / "bensemble" / "metrics" / "epistemic.py"
+    assert hook(path, None) is None  # importable: collected
+    assert hook(ROOT / "tests" / "conftest.py", None) is None  # not a package module
+
+    def missing(name, extra):
+        def fail(module_name):
+            raise ModuleNotFoundError(f"No module named {extra!r}", name=extra)
+
+        return fail
+
+    monkeypatch.setattr(importlib, "import_module", missing("bensemble.metrics.epistemic", "faiss"))
+    assert hook(path, None) is True
+    monkeypatch.setattr(importlib, "import_module", missing("x", "not_an_extra"))
+    assert hook(path, None) is None  # a real import error is reported by the collection
