@@ -45,7 +45,7 @@ from hypothesis import strategies as st
 
 from bensemble import calibration as cal
 from bensemble import conformal as conf
-from bensemble import losses, metrics, utils
+from bensemble import datasets, losses, metrics, utils
 from bensemble import uncertainty as unc
 
 EXAMPLES = int(os.environ.get("SWEEP_EXAMPLES", "4"))
@@ -75,6 +75,7 @@ KINDS = {
     "vectors": (True, True, False),  # [N, D] real rows (K plays D)
     "centroids": (True, True, False),  # [C, D] real, C = 3
     "x": (True, True, False),  # [N, K] real, elementwise functions
+    "points": (True, False, False),  # [N, 2] real inputs of the toy problem
 }
 
 
@@ -109,6 +110,8 @@ def _make(kind: str, case: Case, g: torch.Generator) -> torch.Tensor:
         return torch.softmax(torch.randn(n, k, generator=g, dtype=F64) * s, -1)
     if kind in ("logits", "vectors", "x"):
         return torch.randn(n, k, generator=g, dtype=F64) * s
+    if kind == "points":
+        return torch.randn(n, 2, generator=g, dtype=F64) * s
     if kind == "centroids":
         return torch.randn(3, k, generator=g, dtype=F64)
     if kind == "member":
@@ -141,7 +144,7 @@ def _extreme(kind: str, x: torch.Tensor, dtype: torch.dtype, g: torch.Generator)
     if x.numel() == 0:
         return x
     info = torch.finfo(dtype)
-    if kind in ("logits", "scores", "means", "vectors", "x"):
+    if kind in ("logits", "scores", "means", "vectors", "x", "points"):
         # logits and scores up to the dtype's maximum (softmax and ranks are shift- and
         # scale-robust); other real values up to 1e30, whose squares a float64 still holds
         sizes = [1e4, 1e30, info.max / 4] if kind in ("logits", "scores") else [1e4, 1e30]
@@ -692,6 +695,15 @@ REGISTRY: list[Entry] = [
         batched=True,
         overflows=True,  # (1e30 - -1e30)^2 / var is beyond float32
     ),
+    # the toy problem's array-taking helpers
+    Entry("toy_posterior", datasets.toy_posterior, {"x": "points"}, _tensors_in(0, 1)),
+    Entry(
+        "corrupt_inputs",
+        lambda x: datasets.corrupt_inputs(x, 0.3, seed=0),
+        {"x": "points"},
+        _tensors_in(-math.inf, math.inf),
+        names=("rho",),
+    ),
 ]
 
 SCENARIOS = (
@@ -854,6 +866,7 @@ _N_AXIS = {
     "sets": 0,
     "vectors": 0,
     "x": 0,
+    "points": 0,
 }
 
 
@@ -996,9 +1009,13 @@ def test_registry_covers_the_public_array_api():
         "get_total_kl",
         "predict_with_uncertainty",
         "VariationalLoss",
+        "make_toy_gaussians",  # integers in, data out
+        "make_toy_grid",
+        "ToyData",
+        "BAYES_ERROR",
     }
     swept = {e.name.split("[")[0].split(".")[0] for e in REGISTRY} | {"SplitConformalClassifier"}
     public = set()
-    for module in (metrics, cal, unc, conf, utils, losses):
+    for module in (metrics, cal, unc, conf, utils, losses, datasets):
         public |= set(module.__all__)
     assert public - swept - excused == set()
