@@ -45,6 +45,9 @@ settings.load_profile(PROFILE)
 
 GLOBAL_SEED = 0
 
+# helper modules of the sweep, imported by tests/robustness/test_sweep.py (no tests of their own)
+collect_ignore = ["robustness/sweep_cases.py", "robustness/sweep_registry.py"]
+
 
 def _seed_global_generators() -> None:
     torch.manual_seed(GLOBAL_SEED)
