@@ -10,11 +10,12 @@ valid result looks like (finite, in range). Each function meets every applicable
 * ``extreme`` - logits up to the dtype's maximum, probabilities exactly 0 and 1 or subnormal;
 * ``nan`` / ``inf`` - one NaN / one infinity at a random place of one float argument;
 * ``bad_shape`` - one argument with an extra axis or one sample too few;
-* ``bad_labels`` - a label outside ``[0, K)`` or not an integer.
+* ``bad_labels`` - a label outside ``[0, K)`` or not an integer;
+* ``single_model`` - one model's ``[N, K]`` probabilities where ``[M, N, K]`` members are expected.
 
 The contract: the call returns a finite, in-range result, or raises a ``ValueError`` whose message
 names one of the function's arguments in backticks. Never another exception type, never a
-silent NaN. Invalid input (``nan``, ``bad_shape``, ``bad_labels``) must raise.
+silent NaN. Invalid input (``nan``, ``bad_shape``, ``bad_labels``, ``single_model``) must raise.
 
 Defects found by the sweep and owned by other work are listed in :data:`KNOWN_DEFECTS` (skipped
 with a reason) and in ``/work/wt/sweep_findings.md``; empty the set as the fixes land.
@@ -78,8 +79,9 @@ SCENARIOS = (
     "inf",
     "bad_shape",
     "bad_labels",
+    "single_model",
 )
-MUST_RAISE = {"nan", "bad_shape", "bad_labels"}
+MUST_RAISE = {"nan", "bad_shape", "bad_labels", "single_model"}
 
 # Defects the sweep found that belong to other work in flight (see /work/wt/sweep_findings.md).
 # "<entry>::<scenario>" -> reason. Empty this as the fixes are merged.
@@ -113,6 +115,18 @@ KNOWN_DEFECTS: dict[str, str] = {
     "entropy::inf": _ENTROPY_NONFINITE,
     "split_calibration::bad_labels": "accepts a label of -1",
     "entropy::containers": _ENTROPY_INPUT,
+    **{
+        f"{fn}::single_model": "a single model's [N, K] is read as binary members (class 2)"
+        for fn in (
+            "expected_epistemic_calibration_error",
+            "selective_confidence",
+            "ood_scores",
+            "detection_report",
+            "misclassification_report",
+            "decompose_classification_uncertainty",
+            "variance_decomposition",
+        )
+    },
 }
 
 
@@ -132,6 +146,8 @@ def _applicable(entry: Entry, scenario: str) -> bool:
         return False
     if scenario == "bad_labels":
         return any(k in ("labels", "binary_labels") for k in kinds)
+    if scenario == "single_model":
+        return "member" in kinds
     return True
 
 
@@ -193,6 +209,12 @@ def _build(entry: Entry, case: Case) -> dict[str, Any]:
             case.detail = "(nothing to corrupt: empty input)"
     if case.scenario == "bad_shape":
         _break_shape(entry, case, arrays, g)
+    if case.scenario == "single_model":
+        # one model's [N, K] probabilities where member predictions [M, N, K] are expected:
+        # never guessed to be binary members [M, N] (the lead's shape mechanism)
+        target = next(n for n, k in entry.kinds.items() if k == "member")
+        arrays[target] = arrays[target][0]
+        case.detail = f"`{target}` = one model's [N, K] probabilities"
     if case.scenario == "bad_labels":
         target = next(n for n, k in entry.kinds.items() if k in ("labels", "binary_labels"))
         x = arrays[target]
