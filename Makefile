@@ -20,10 +20,10 @@ $(STAMP): $(PY) pyproject.toml
 setup: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	BENSEMBLE_HYPOTHESIS_PROFILE=$${BENSEMBLE_HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest -q -n 2 --dist loadfile
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
+	BENSEMBLE_HYPOTHESIS_PROFILE=$${BENSEMBLE_HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
 
 demo: $(STAMP)
 	$(VENV)/bin/bensemble demo --overwrite

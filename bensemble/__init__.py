@@ -15,17 +15,19 @@ calibration and conformal prediction consume them. Sub-packages:
 * :mod:`bensemble.datasets` - generated or bundled data
 """
 
-from __future__ import annotations
+import importlib as _importlib
 
-import importlib
-from typing import Any
 
-try:
+def _package_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
-    __version__ = version("bensemble")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = "0.0.0+unknown"
+    try:
+        return version("bensemble")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0.0.0+unknown"
+
+
+__version__ = _package_version()
 
 # Short names resolved lazily so that `import bensemble` stays cheap (no matplotlib, no sklearn).
 _LAZY = {
@@ -45,14 +47,36 @@ _LAZY = {
     "expected_epistemic_calibration_error": "bensemble.metrics",
 }
 
+# Sub-packages and modules reachable as attributes (``bensemble.metrics.brier_score``), imported
+# on first access; not in ``__all__`` so that ``from bensemble import *`` stays cheap.
+_SUBMODULES = (
+    "calibration",
+    "cli",
+    "conformal",
+    "core",
+    "datasets",
+    "diversity",
+    "experiments",
+    "io",
+    "layers",
+    "losses",
+    "methods",
+    "metrics",
+    "plots",
+    "uncertainty",
+    "utils",
+)
+
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        return getattr(_importlib.import_module(_LAZY[name]), name)
+    if name in _SUBMODULES:
+        return _importlib.import_module(f"bensemble.{name}")
     raise AttributeError(f"module 'bensemble' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted({*__all__, *_SUBMODULES})

@@ -70,12 +70,17 @@ class GaussianLikelihood(nn.Module):
         return float(self._sigma().detach())
 
     def forward(self, preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """Elementwise NLL, shape ``broadcast(preds, target)``."""
+        """Elementwise NLL, shape ``broadcast(preds, target)``.
+
+        Computed in the inputs' floating dtype, at least float32: half-precision inputs return
+        float32 (their squared errors over ``var`` overflow float16 at modest scales).
+        """
         fn = "GaussianLikelihood"
         preds = _check_tensor(preds, "preds", fn)
         target = _check_tensor(target, "target", fn)
-        var = self._sigma().pow(2).clamp_min(_VAR_FLOOR).to(preds.dtype)
-        return 0.5 * (torch.log(var) + (preds - target).pow(2) / var)
+        dtype = torch.promote_types(torch.result_type(preds, target), torch.float32)
+        var = self._sigma().pow(2).clamp_min(_VAR_FLOOR).to(dtype)
+        return 0.5 * (torch.log(var) + (preds.to(dtype) - target.to(dtype)).pow(2) / var)
 
 
 class VariationalLoss(nn.Module):

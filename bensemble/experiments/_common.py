@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from bensemble import _progress
 from bensemble._validation import (
     as_binary_member_probs,
     as_confidences,
@@ -366,12 +367,8 @@ def single_thread() -> Iterator[None]:
 
 
 def progress_bar(iterable: Iterable, *, total: int | None = None, desc: str, enabled: bool):
-    """A tqdm bar on stderr (or the bare iterable when disabled)."""
-    if not enabled:
-        return iterable
-    from tqdm.auto import tqdm
-
-    return tqdm(iterable, total=total, desc=desc, leave=False, file=sys.stderr)
+    """A tqdm bar on stderr, drawn only when stderr is a terminal (:mod:`bensemble._progress`)."""
+    return _progress.progress(iterable, total=total, desc=desc, enabled=enabled, leave=False)
 
 
 class Printer:

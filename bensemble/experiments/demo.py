@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from tqdm.auto import tqdm
 
+from bensemble import _progress
 from bensemble.experiments._folder import check_out_text, check_report_folder
 from bensemble.experiments._options import check_count, check_seed
 from bensemble.experiments.demo_figures import (
@@ -301,7 +302,9 @@ def run_demo(
         torch.set_num_threads(1)
         with (
             torch.random.fork_rng(devices=[]),
-            tqdm(total=total, desc="bensemble demo", unit="method", disable=not progress) as bar,
+            _progress.progress(
+                total=total, desc="bensemble demo", unit="method", enabled=progress
+            ) as bar,
         ):
             toy_runs, toy_setup, (grid_x, x_tr, y_tr) = _toy_runs(config, seed, settings, bar)
             title = (

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable, Iterator
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
-from tqdm.auto import tqdm
 
+from bensemble import _progress
 from bensemble._validation import (
     as_labels,
     check_finite,
@@ -77,7 +77,9 @@ def train_model(
     g = check_generator(generator, seed, fn)
     config = _TrainConfig(fn, epochs, batch_size, optimizer, loss_fn)
     dataset = _as_dataset(data, fn)
-    with tqdm(total=config.epochs, disable=not progress, desc="training", leave=False) as bar:
+    with _progress.progress(
+        total=config.epochs, enabled=progress, desc="training", leave=False
+    ) as bar:
         _train(model, dataset, config, _draw_seed(g), bar)
     return model
 
@@ -125,7 +127,7 @@ def train_ensemble(
     seeds = torch.randint(0, _SEED_HIGH, (n_members, 2), generator=g).tolist()
     members = []
     total = n_members * config.epochs
-    with tqdm(total=total, disable=not progress, desc="deep ensemble") as bar:
+    with _progress.progress(total=total, enabled=progress, desc="deep ensemble") as bar:
         for init_seed, order_seed in seeds:
             with _forked_rng(init_seed):
                 model = make_model()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -123,9 +126,12 @@ def test_train_model_single_member(toy):
     torch.testing.assert_close(_state(model), _state(twin))  # dropout masks are seeded too
 
 
-def test_progress_bar_runs(toy, capsys):
+def test_progress_bar_runs(toy, monkeypatch):
+    terminal = io.StringIO()
+    terminal.isatty = lambda: True  # the bar draws on a terminal only (tests/robustness)
+    monkeypatch.setattr(sys, "stderr", terminal)
     train_ensemble(_small_net, (toy.x, toy.y), n_members=1, epochs=1, seed=0, progress=True)
-    assert "deep ensemble" in capsys.readouterr().err
+    assert "deep ensemble" in terminal.getvalue()
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,443 @@
+"""The sweep's registry: every public array-taking function, its array kinds, its checks.
+
+See test_sweep.py.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bensemble import calibration as cal
+from bensemble import conformal as conf
+from bensemble import datasets, losses, metrics, utils
+from bensemble import uncertainty as unc
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sweep_cases import (  # noqa: E402
+    Case,
+    _bin_ids,
+    _binned,
+    _centroids,
+    _entropy,
+    _in,
+    _nonnegative,
+    _per_class,
+    _quantile,
+    _quantiles,
+    _reliability,
+    _reports,
+    _same_shape_as_input,
+    _sets,
+    _split,
+    _stratified,
+    _tensors_in,
+)
+
+
+# ----------------------------------------------------------------------------- the registry
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    call: Callable[..., Any]
+    kinds: dict[str, str]
+    check: Callable[[Any, Case], None]
+    names: tuple[str, ...] = ()  # further argument names a ValueError may cite
+    propagates: bool = False  # elementwise: NaN / inf in gives NaN / inf out (torch's convention)
+    batched: bool = False  # takes any leading axes (elementwise / broadcasting): no bad_shape
+    overflows: bool = False  # its true value of 1e30-sized input exceeds the dtype: no extreme
+    with_k: bool = False  # called with num_classes=K
+    tensor_only: bool = False  # an autograd module: numpy / lists refused with a ValueError
+    min_k: int = 1
+    max_k: int = 1000
+
+
+def _temperature_fit(logits, labels):
+    scaler = cal.TemperatureScaling().fit(logits, labels)
+    return float(scaler.temperature)
+
+
+def _vector_fit(logits, labels):
+    k = np.shape(logits)[-1] if not isinstance(logits, torch.Tensor) else logits.shape[-1]
+    return cal.VectorScaling(k).fit(logits, labels, max_iter=20)(logits).detach()
+
+
+def _matrix_fit(logits, labels):
+    k = np.shape(logits)[-1] if not isinstance(logits, torch.Tensor) else logits.shape[-1]
+    return cal.MatrixScaling(k).fit(logits, labels, max_iter=20)(logits).detach()
+
+
+def _conformal(score: str, class_conditional: bool = False, randomized: bool = True):
+    def run(probs, labels):
+        predictor = conf.SplitConformalClassifier(
+            score,
+            alpha=0.2,
+            class_conditional=class_conditional,
+            randomized=randomized,
+            generator=torch.Generator().manual_seed(0),
+        )
+        return predictor.calibrate(probs, labels).predict_set(probs)
+
+    return run
+
+
+def _meter(probs, targets):
+    return metrics.CalibrationErrorMeter(n_bins=5).update(probs, targets).compute()
+
+
+def _gaussian_nll(preds, target):
+    with torch.no_grad():
+        return losses.GaussianLikelihood()(preds, target)
+
+
+def _binary_kw(fn: Callable[..., Any]) -> dict[str, Any]:
+    # the lead's shape mechanism: [M, N] positive-class members need binary=True where it exists
+    return {"binary": True} if "binary" in inspect.signature(fn).parameters else {}
+
+
+def _eece(member_probs, labels):
+    return metrics.expected_epistemic_calibration_error(member_probs, labels, n_bins=3, seed=0)
+
+
+def _eece_binary(member_probs, labels):
+    fn = metrics.expected_epistemic_calibration_error
+    return fn(member_probs, labels, n_bins=3, seed=0, **_binary_kw(fn))
+
+
+def _bce(member_probs, labels):
+    fn = metrics.binary_calibration_error
+    return fn(member_probs, labels, n_bins=5, **_binary_kw(fn))
+
+
+def _tece(member_probs, eta):
+    fn = metrics.true_epistemic_calibration_error
+    return fn(member_probs, eta, **_binary_kw(fn))
+
+
+P, L, MEM = "probs", "labels", "member"
+REGISTRY: list[Entry] = [
+    # scoring
+    Entry("accuracy", metrics.accuracy, {"probs": P, "targets": L}, _in(0, 1)),
+    Entry("brier_score", metrics.brier_score, {"probs": P, "targets": L}, _in(0, 2)),
+    Entry(
+        "negative_log_likelihood",
+        metrics.negative_log_likelihood,
+        {"probs": P, "targets": L},
+        _in(0, math.inf),
+    ),
+    Entry(
+        "negative_log_likelihood[from_logits]",
+        lambda probs, targets: metrics.negative_log_likelihood(probs, targets, from_logits=True),
+        {"probs": "logits", "targets": L},
+        _in(0, math.inf),
+    ),
+    # calibration errors
+    Entry(
+        "expected_calibration_error",
+        metrics.expected_calibration_error,
+        {"probs": P, "targets": L},
+        _in(0, 1),
+    ),
+    Entry(
+        "expected_calibration_error[from_logits]",
+        lambda probs, targets: metrics.expected_calibration_error(probs, targets, from_logits=True),
+        {"probs": "logits", "targets": L},
+        _in(0, 1),
+    ),
+    Entry(
+        "maximum_calibration_error",
+        metrics.maximum_calibration_error,
+        {"probs": P, "targets": L},
+        _in(0, 1),
+    ),
+    Entry(
+        "classwise_calibration_error",
+        metrics.classwise_calibration_error,
+        {"probs": P, "targets": L},
+        _in(0, 1),
+    ),
+    Entry(
+        "calibration_error",
+        metrics.calibration_error,
+        {"confidences": "conf", "correct": "correct"},
+        _in(0, 1),
+    ),
+    Entry(
+        "binned_calibration_stats",
+        metrics.binned_calibration_stats,
+        {"confidences": "conf", "correct": "correct"},
+        _binned,
+    ),
+    Entry(
+        "reliability_diagram",
+        metrics.reliability_diagram,
+        {"probs": P, "targets": L},
+        _reliability,
+    ),
+    Entry("CalibrationErrorMeter", _meter, {"probs": P, "targets": L}, _in(0, 1)),
+    # epistemic calibration
+    Entry(
+        "expected_epistemic_calibration_error",
+        _eece,
+        {"member_probs": MEM, "labels": L},
+        _in(0, 1),
+        names=("n_bins",),
+        max_k=50,
+    ),
+    Entry(
+        "expected_epistemic_calibration_error[binary]",
+        _eece_binary,
+        {"member_probs": "binary_member", "labels": "binary_labels"},
+        _in(0, 1),
+        names=("n_bins",),
+    ),
+    Entry(
+        "binary_calibration_error",
+        _bce,
+        {"member_probs": "binary_member", "labels": "binary_labels"},
+        _in(0, 1),
+    ),
+    Entry(
+        "true_epistemic_calibration_error",
+        _tece,
+        {"member_probs": "binary_member", "eta": "eta"},
+        _in(0, 1),
+    ),
+    Entry(
+        "fit_bins",
+        lambda member_vectors: metrics.fit_bins(member_vectors, 3, seed=0),
+        {"member_vectors": "vectors"},
+        _centroids,
+        names=("n_bins",),
+        max_k=50,
+    ),
+    Entry(
+        "assign_bins",
+        metrics.assign_bins,
+        {"member_vectors": "vectors", "centroids": "centroids"},
+        _bin_ids,
+        max_k=50,
+    ),
+    # selective prediction
+    Entry("aurc", metrics.aurc, {"confidence": "conf", "correct": "correct"}, _in(0, 1)),
+    Entry(
+        "excess_aurc", metrics.excess_aurc, {"confidence": "conf", "correct": "correct"}, _in(0, 1)
+    ),
+    Entry(
+        "risk_coverage_curve",
+        metrics.risk_coverage_curve,
+        {"confidence": "conf", "correct": "correct"},
+        _tensors_in(-math.inf, math.inf),
+    ),
+    Entry(
+        "coverage_at_risk",
+        lambda confidence, correct: metrics.coverage_at_risk(confidence, correct, 0.2),
+        {"confidence": "conf", "correct": "correct"},
+        _in(0, 1),
+        names=("risk",),
+    ),
+    Entry(
+        "risk_at_coverage",
+        lambda confidence, correct: metrics.risk_at_coverage(confidence, correct, 0.5),
+        {"confidence": "conf", "correct": "correct"},
+        _in(0, 1),
+        names=("coverage",),
+    ),
+    Entry(
+        "selective_confidence",
+        metrics.selective_confidence,
+        {"member_probs": MEM},
+        _tensors_in(-math.inf, math.inf),
+    ),
+    # OOD / misclassification detection
+    Entry("auroc", metrics.auroc, {"scores": "scores", "is_positive": "positive"}, _in(0, 1)),
+    Entry("aupr", metrics.aupr, {"scores": "scores", "is_positive": "positive"}, _in(0, 1)),
+    Entry(
+        "fpr_at_95_tpr",
+        metrics.fpr_at_95_tpr,
+        {"scores": "scores", "is_positive": "positive"},
+        _in(0, 1),
+    ),
+    Entry(
+        "fpr_at_tpr",
+        lambda scores, is_positive: metrics.fpr_at_tpr(scores, is_positive, 0.8),
+        {"scores": "scores", "is_positive": "positive"},
+        _in(0, 1),
+        names=("tpr",),
+    ),
+    Entry(
+        "ood_scores", metrics.ood_scores, {"member_probs": MEM}, _tensors_in(-math.inf, math.inf)
+    ),
+    Entry(
+        "detection_report",
+        metrics.detection_report,
+        {"member_probs_in": MEM, "member_probs_out": "member_out"},
+        _reports,
+    ),
+    Entry(
+        "misclassification_report",
+        metrics.misclassification_report,
+        {"member_probs": MEM, "labels": L},
+        _reports,
+    ),
+    # post-hoc scalers
+    Entry(
+        "TemperatureScaling.fit",
+        _temperature_fit,
+        {"logits": "logits", "labels": L},
+        _in(1e-3, 1e3),
+    ),
+    Entry(
+        "TemperatureScaling.forward",
+        lambda logits: cal.TemperatureScaling(init_temp=1.5)(logits).detach(),
+        {"logits": "logits"},
+        _same_shape_as_input,
+        propagates=True,
+        batched=True,
+    ),
+    Entry(
+        "fit_temperature",
+        lambda logits, labels: cal.fit_temperature(logits, labels),
+        {"logits": "logits", "labels": L},
+        _in(1e-3, 1e3),
+    ),
+    Entry(
+        "VectorScaling.fit",
+        _vector_fit,
+        {"logits": "logits", "labels": L},
+        _same_shape_as_input,
+        names=("num_classes",),
+        max_k=200,
+    ),
+    Entry(
+        "MatrixScaling.fit",
+        _matrix_fit,
+        {"logits": "logits", "labels": L},
+        _same_shape_as_input,
+        names=("num_classes",),
+        max_k=200,
+    ),
+    # uncertainty decompositions
+    Entry(
+        "decompose_classification_uncertainty",
+        unc.decompose_classification_uncertainty,
+        {"probs": MEM},
+        _nonnegative,
+    ),
+    Entry("variance_decomposition", unc.variance_decomposition, {"probs": MEM}, _nonnegative),
+    Entry(
+        "decompose_regression_uncertainty",
+        unc.decompose_regression_uncertainty,
+        {"means": "means", "variances": "variances"},
+        _nonnegative,
+    ),
+    Entry("entropy", unc.entropy, {"probs": P}, _entropy, batched=True),
+    # conformal
+    Entry("lac_scores", conf.lac_scores, {"probs": P}, _tensors_in(0, 1)),
+    Entry(
+        "aps_scores",
+        lambda probs: conf.aps_scores(probs, generator=torch.Generator().manual_seed(0)),
+        {"probs": P},
+        _tensors_in(0, 1),
+    ),
+    Entry(
+        "raps_scores",
+        lambda probs: conf.raps_scores(probs, generator=torch.Generator().manual_seed(0)),
+        {"probs": P},
+        _tensors_in(0, math.inf),
+    ),
+    Entry(
+        "conformal_quantile",
+        lambda scores: conf.conformal_quantile(scores, 0.2),
+        {"scores": "conf"},
+        _quantile,
+        names=("alpha",),
+    ),
+    Entry(
+        "class_conditional_quantiles",
+        lambda scores, labels, num_classes: conf.class_conditional_quantiles(
+            scores, labels, num_classes, 0.2
+        ),
+        {"scores": "conf", "labels": L},
+        _quantiles,
+        names=("alpha",),
+        with_k=True,
+    ),
+    Entry("SplitConformal[lac]", _conformal("lac"), {"probs": P, "labels": L}, _sets),
+    Entry("SplitConformal[aps]", _conformal("aps"), {"probs": P, "labels": L}, _sets),
+    Entry(
+        "SplitConformal[aps,deterministic]",
+        _conformal("aps", randomized=False),
+        {"probs": P, "labels": L},
+        _sets,
+    ),
+    Entry("SplitConformal[raps]", _conformal("raps"), {"probs": P, "labels": L}, _sets),
+    Entry(
+        "SplitConformal[lac,class_conditional]",
+        _conformal("lac", class_conditional=True),
+        {"probs": P, "labels": L},
+        _sets,
+    ),
+    Entry("coverage", conf.coverage, {"sets": "sets", "labels": L}, _in(0, 1)),
+    Entry("mean_set_size", conf.mean_set_size, {"sets": "sets"}, _in(0, 1000)),
+    Entry("empty_set_rate", conf.empty_set_rate, {"sets": "sets"}, _in(0, 1)),
+    Entry("per_class_coverage", conf.per_class_coverage, {"sets": "sets", "labels": L}, _per_class),
+    Entry(
+        "size_stratified_coverage",
+        conf.size_stratified_coverage,
+        {"sets": "sets", "labels": L},
+        _stratified,
+    ),
+    Entry(
+        "split_calibration",
+        lambda labels: conf.split_calibration(labels, seed=0),
+        {"labels": L},
+        _split,
+        names=("temperature_fraction",),
+    ),
+    # bensemble 0.2 compatibility helpers
+    Entry(
+        "standard_normal_pdf",
+        utils.standard_normal_pdf,
+        {"x": "x"},
+        _tensors_in(0, 1),
+        propagates=True,
+        batched=True,
+    ),
+    Entry(
+        "standard_normal_cdf",
+        utils.standard_normal_cdf,
+        {"x": "x"},
+        _tensors_in(0, 1),
+        propagates=True,
+        batched=True,
+    ),
+    Entry(
+        "GaussianLikelihood.forward",
+        _gaussian_nll,
+        {"preds": "x", "target": "x"},
+        _tensors_in(-math.inf, math.inf),
+        propagates=True,
+        batched=True,
+        overflows=True,  # (1e30 - -1e30)^2 / var is beyond float32
+        tensor_only=True,
+    ),
+    # the toy problem's array-taking helpers
+    Entry("toy_posterior", datasets.toy_posterior, {"x": "points"}, _tensors_in(0, 1)),
+    Entry(
+        "corrupt_inputs",
+        lambda x: datasets.corrupt_inputs(x, 0.3, seed=0),
+        {"x": "points"},
+        _tensors_in(-math.inf, math.inf),
+        names=("rho",),
+    ),
+]
