@@ -45,6 +45,13 @@ _LAZY = {
     "variance_decomposition": "bensemble.uncertainty.decomposition",
     "SplitConformalClassifier": "bensemble.conformal",
     "expected_epistemic_calibration_error": "bensemble.metrics",
+    # bensemble 0.2's methods and neural ensemble search
+    "LaplaceApproximation": "bensemble.methods.kfac_laplace",
+    "PBPEngine": "bensemble.methods.pbp",
+    "RandomSearcher": "bensemble.search.searchers",
+    "EvolutionarySearcher": "bensemble.search.searchers",
+    "NESBayesianSampler": "bensemble.search.bayesian",
+    "SearchSpace": "bensemble.search.space",
 }
 
 # Sub-packages and modules reachable as attributes (``bensemble.metrics.brier_score``), imported
@@ -63,6 +70,7 @@ _SUBMODULES = (
     "methods",
     "metrics",
     "plots",
+    "search",
     "uncertainty",
     "utils",
 )

@@ -74,11 +74,12 @@ def split_calibration(
     if not isinstance(stratify, bool):
         raise ValueError(f"{fn}: `stratify` must be True or False (got {stratify!r})")
     generator = check_seed(generator, seed, fn)
+    lowest = int(y.min())
+    if lowest < 0:  # class indices, whether or not they are used for stratification
+        raise ValueError(f"{fn}: `labels` must be class indices >= 0 (got minimum {lowest})")
     n = y.shape[0]
     perm = torch.randperm(n, generator=generator).to(y.device)
     if stratify:
-        if int(y.min()) < 0:
-            raise ValueError(f"{fn}: `labels` must be >= 0 (got minimum {int(y.min())})")
         # Group the shuffled samples by class (stable, so the order inside a class stays random).
         perm = perm[torch.argsort(y[perm], stable=True)]
         counts = torch.bincount(y)

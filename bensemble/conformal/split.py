@@ -211,19 +211,35 @@ def lac_cutoff(threshold: float | torch.Tensor, dtype: torch.dtype, device) -> t
     c = (1.0 - q).to(dtype).clamp(min=0.0)  # probabilities are >= 0: c = 0 keeps every label
     c = torch.where(torch.isinf(q), torch.full_like(c, -math.inf), c)
     up = torch.full_like(c, math.inf)
-    down = torch.full_like(c, -math.inf)
     while True:  # a few ulps at most: rounding of 1 - q to dtype
         too_low = (1.0 - c.to(torch.float64)) > q
         if not bool(too_low.any()):
             break
         c = torch.where(too_low, torch.nextafter(c, up), c)
-    while True:
-        lower = torch.nextafter(c, down)
-        can_lower = ((1.0 - lower.to(torch.float64)) <= q) & (lower >= 0.0)
-        if not bool(can_lower.any()):
-            break
-        c = torch.where(can_lower, lower, c)
-    return c
+    # Lower c to the smallest value that still qualifies: bisection over the bit patterns of
+    # the non-negative floats of ``dtype`` (they are ordered as integers), so a threshold one ulp
+    # below 1 costs ~64 steps, not one step per ulp (2**52 of them near 1e-16).
+    bits = _INT_OF_FLOAT[dtype]
+    finite = torch.isfinite(c)
+    hi = torch.where(finite, c, torch.zeros_like(c)).view(bits).to(torch.int64)
+    lo = torch.zeros_like(hi)  # the bit pattern of +0.0
+    zero_ok = (1.0 - torch.zeros_like(q)) <= q
+    while bool(((hi - lo) > 1).any()):
+        mid = (lo + hi) // 2
+        good = (1.0 - mid.to(bits).view(dtype).to(torch.float64)) <= q
+        hi = torch.where(good, mid, hi)
+        lo = torch.where(good, lo, mid)
+    lowest = torch.where(zero_ok, torch.zeros_like(c), hi.to(bits).view(dtype))
+    return torch.where(finite, lowest, c)
+
+
+#: The integer type whose bit patterns order the non-negative floats of each dtype.
+_INT_OF_FLOAT = {
+    torch.float64: torch.int64,
+    torch.float32: torch.int32,
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+}
 
 
 def _class_quantiles(s: torch.Tensor, y: torch.Tensor, k: int, alpha: float) -> torch.Tensor:

@@ -130,9 +130,9 @@ def iter_batches(
         batches = x
     total = len(batches) if hasattr(batches, "__len__") else None
     if progress:
-        from tqdm.auto import tqdm
+        from bensemble._progress import progress as progress_bar
 
-        batches = tqdm(batches, total=total, desc=fn, disable=None, leave=False)
+        batches = progress_bar(batches, total=total, desc=fn, leave=False)
     count = 0
     for batch in batches:
         xb, yb = _split_batch(batch)

@@ -25,6 +25,7 @@ the members stand for a posterior over models.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -150,7 +151,14 @@ def decompose_regression_uncertainty(
         raise ValueError(f"{fn}: `variances` must be >= 0 (got minimum {float(var.min()):.4g})")
     aleatoric = var.mean(dim=0)
     epistemic = mu.var(dim=0, unbiased=False)
-    return (aleatoric + epistemic).to(out), aleatoric.to(out), epistemic.to(out)
+    total = aleatoric + epistemic
+    largest = float(total.max()) if total.numel() else 0.0
+    if not math.isfinite(largest) or largest > torch.finfo(out).max:
+        raise ValueError(
+            f"{fn}: `means` and `variances` must give a total variance that fits in {out} (got "
+            f"a largest total of {largest:.4g}); rescale the targets or pass float64 inputs"
+        )
+    return total.to(out), aleatoric.to(out), epistemic.to(out)
 
 
 def variance_decomposition(

@@ -66,3 +66,9 @@ def test_bad_labels_raise():
         split_calibration(torch.tensor([0.0, 1.0]))
     with pytest.raises(ValueError, match="`labels`"):
         split_calibration(torch.tensor([0, -1, 1]), stratify=True)
+
+
+@pytest.mark.parametrize("stratify", [False, True])
+def test_split_calibration_refuses_negative_labels(stratify):
+    with pytest.raises(ValueError, match="split_calibration: `labels` must be class indices >= 0"):
+        split_calibration(torch.tensor([-1, 0, 1, 1]), seed=0, stratify=stratify)

@@ -440,3 +440,49 @@ def test_quantile_beyond_torch_quantile_limit():
     s = torch.arange(n, dtype=torch.float64).flip(0)
     k = conformal_rank(n, 0.1)
     assert conformal_quantile(s, 0.1) == float(k - 1)
+
+
+def _reference_stepwise_lac_cutoff(q: float, dtype: torch.dtype) -> torch.Tensor:
+    """The smallest ``c`` with ``float64(1 - c) <= q``, one ulp at a time (slow but plain)."""
+    qt = torch.tensor(q, dtype=torch.float64)
+    c = (1.0 - qt).to(dtype).clamp(min=0.0)
+    while (1.0 - c.double()) > qt:
+        c = torch.nextafter(c, torch.tensor(math.inf, dtype=dtype))
+    while True:
+        lower = torch.nextafter(c, torch.tensor(-math.inf, dtype=dtype))
+        if lower < 0 or (1.0 - lower.double()) > qt:
+            return c
+        c = lower
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_lac_cutoff_matches_the_stepwise_definition(dtype):
+    from bensemble.conformal.split import lac_cutoff
+
+    g = torch.Generator().manual_seed(0)
+    qs = torch.rand(40, generator=g, dtype=torch.float64).tolist() + [0.0, 0.5, 1.0, 1.5]
+    for q in qs:
+        got = lac_cutoff(q, dtype, "cpu")
+        assert got.dtype == dtype
+        assert torch.equal(got, _reference_stepwise_lac_cutoff(q, dtype)), (q, dtype)
+    assert lac_cutoff(math.inf, dtype, "cpu") == -math.inf
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_lac_cutoff_one_ulp_below_one_returns_at_once(dtype):
+    """A threshold one ulp below 1 used to walk ~2**52 ulps down towards 0 (a hang)."""
+    from bensemble.conformal.split import lac_cutoff
+
+    q = torch.nextafter(
+        torch.tensor(1.0, dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64)
+    )
+    c = lac_cutoff(q, dtype, "cpu")
+    assert (1.0 - c.double()) <= q
+    below = torch.nextafter(c, torch.tensor(-1.0, dtype=dtype))
+    assert below < 0 or (1.0 - below.double()) > q
+    # per-class thresholds as a tensor, mixed with ordinary values and inf
+    qs = torch.stack(
+        [q, torch.tensor(0.3, dtype=torch.float64), torch.tensor(math.inf, dtype=torch.float64)]
+    )
+    cs = lac_cutoff(qs, dtype, "cpu")
+    assert cs[0] == c and cs[2] == -math.inf

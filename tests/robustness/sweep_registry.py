@@ -61,6 +61,13 @@ class Entry:
     max_k: int = 1000
 
 
+def _smooth(value: Any, case: Any) -> None:
+    """A curve of estimated accuracies: finite and in [0, 1] on every grid point."""
+    curve = value.curve
+    assert bool(torch.isfinite(curve).all()), "non-finite smooth calibration curve"
+    assert bool(((curve >= 0) & (curve <= 1)).all()), "curve outside [0, 1]"
+
+
 def _temperature_fit(logits, labels):
     scaler = cal.TemperatureScaling().fit(logits, labels)
     return float(scaler.temperature)
@@ -170,6 +177,12 @@ REGISTRY: list[Entry] = [
         metrics.calibration_error,
         {"confidences": "conf", "correct": "correct"},
         _in(0, 1),
+    ),
+    Entry(
+        "smooth_calibration_curve",
+        metrics.smooth_calibration_curve,
+        {"conf": "conf", "correct": "correct"},
+        _smooth,
     ),
     Entry(
         "binned_calibration_stats",

@@ -183,6 +183,12 @@ PUBLIC_API = {
     "variance_decomposition",
     "SplitConformalClassifier",
     "expected_epistemic_calibration_error",
+    "LaplaceApproximation",
+    "PBPEngine",
+    "RandomSearcher",
+    "EvolutionarySearcher",
+    "NESBayesianSampler",
+    "SearchSpace",
 }
 SUBMODULES = {
     "calibration",
@@ -198,6 +204,7 @@ SUBMODULES = {
     "methods",
     "metrics",
     "plots",
+    "search",
     "uncertainty",
     "utils",
 }

@@ -222,3 +222,14 @@ def test_variance_decomposition() -> None:
 def test_validation(call, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_regression_decomposition_refuses_a_variance_its_dtype_cannot_hold(dtype):
+    """A spread of means near the dtype's maximum overflows: an error, never a silent inf."""
+    big = torch.finfo(dtype).max / 4
+    means = torch.tensor([[big, -big], [-big, big]], dtype=dtype)
+    with pytest.raises(
+        ValueError, match="decompose_regression_uncertainty: `means` and `variances`"
+    ):
+        decompose_regression_uncertainty(means, torch.ones_like(means))
