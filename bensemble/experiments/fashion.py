@@ -43,6 +43,10 @@ from bensemble.experiments.digits import (
     train_autoencoder,
     write_one_vs_all,
 )
+from bensemble.experiments.likelihood_variants import (
+    likelihood_variant_records,
+    write_likelihood_variants,
+)
 from bensemble.experiments.reproduce import DataUnavailableError
 
 __all__ = ["CLASSES", "DATA_DIR", "FILES", "load_fashion_mnist", "read_idx", "run"]
@@ -193,7 +197,7 @@ def run(options: RunOptions) -> ExperimentResult:
         f"with {n_bins} K-means bins ({EECE_BACKEND}); {repeats} repeat(s), seed {options.seed}"
         f"{' (quick settings)' if quick else ''}"
     )
-    records = []
+    records, variants = [], []  # variants: the Likelihood's readings (likelihood_variants)
     with single_thread():
         for seed in repeat_seeds(options.seed, repeats):
             ae = train_autoencoder(
@@ -218,6 +222,17 @@ def run(options: RunOptions) -> ExperimentResult:
                 progress=options.progress,
                 desc=f"fashion (seed {seed})",
             )
+            variants += likelihood_variant_records(
+                z_tr,
+                y_train[pick],
+                z_te,
+                y_test,
+                tasks,
+                seed=seed,
+                n_bins=n_bins,
+                n_members=settings.n_samples,
+            )
     tables = summarize_one_vs_all(records, [n for _, n in tasks], paper_by_task=None)
     write_one_vs_all("fashion", tables, report, printer, paper_label="paper MNIST mean")
+    write_likelihood_variants("fashion", variants, tables, report, printer)
     return finish("fashion", report, tables, watch, printer)

@@ -257,3 +257,23 @@ def test_distance_supports_give_larger_eu_far_from_the_data():
 def test_variant_options_are_validated(kwargs, match):
     with pytest.raises(ValueError, match=match):
         RelativeLikelihood(**kwargs)
+
+
+def test_likelihood_variant_table_on_a_small_task():
+    from bensemble.experiments.digits import paper_mean
+    from bensemble.experiments.likelihood_variants import (
+        likelihood_variant_records,
+        likelihood_variant_table,
+    )
+
+    train, test = make_toy_gaussians(40, seed=0), make_toy_gaussians(30, seed=1)
+    records = likelihood_variant_records(
+        train.x, train.y, test.x, test.y, [(1, "pos")], seed=0, n_bins=3, n_members=5
+    )
+    assert len(records) == 6
+    rows = likelihood_variant_table(records, paper_mean("eece", "Likelihood"))
+    assert [(r["supports"], r["eu"]) for r in rows] == [
+        (s, e) for s in ("count", "distance") for e in ("min", "paper", "crossing")
+    ]
+    assert all(r["paper EECE"] == pytest.approx(0.14, abs=0.005) for r in rows)
+    assert all(0.0 <= r["mean EU"] <= 1.0 for r in rows)
