@@ -41,6 +41,10 @@ from bensemble.experiments.autoencoder import (
     encode,
     train_autoencoder,
 )
+from bensemble.experiments.likelihood_variants import (
+    likelihood_variant_records,
+    write_likelihood_variants,
+)
 from bensemble.experiments.one_vs_all import (
     METRICS,
     PAPER_TABLE1,
@@ -113,7 +117,7 @@ def run(options: RunOptions) -> ExperimentResult:
         f"({EECE_BACKEND}); {repeats} repeat(s), seed {options.seed}"
         f"{' (quick settings)' if quick else ''}"
     )
-    records = []
+    records, variants = [], []  # variants: the Likelihood's readings (likelihood_variants)
     with single_thread():
         for seed in repeat_seeds(options.seed, repeats):
             x_tr, y_tr, x_te, y_te = _digits_split(seed, quick)
@@ -140,6 +144,11 @@ def run(options: RunOptions) -> ExperimentResult:
                 progress=options.progress,
                 desc=f"digits (seed {seed})",
             )
+            variants += likelihood_variant_records(
+                z_tr, y_tr, z_te, y_te, tasks, seed=seed, n_bins=n_bins,
+                n_members=settings.n_samples,
+            )  # fmt: skip
     tables = summarize_one_vs_all(records, [n for _, n in tasks], paper_by_task=list(classes))
     write_one_vs_all("digits", tables, report, printer, paper_label="paper MNIST")
+    write_likelihood_variants("digits", variants, tables, report, printer)
     return finish("digits", report, tables, watch, printer, options)

@@ -40,6 +40,10 @@ from bensemble.experiments._common import (
 )
 from bensemble.experiments._options import check_seed
 from bensemble.experiments.autoencoder import encode, train_autoencoder
+from bensemble.experiments.likelihood_variants import (
+    likelihood_variant_records,
+    write_likelihood_variants,
+)
 from bensemble.experiments.zoo import PAPER_ORDER, ZooSettings, member_probs
 
 __all__ = [
@@ -345,7 +349,7 @@ def run_image_one_vs_all(
         f"with {n_bins} K-means bins ({EECE_BACKEND}); {repeats} repeat(s), seed {options.seed}"
         f"{' (quick settings)' if quick else ''}"
     )
-    records = []
+    records, variants = [], []  # variants: the Likelihood's readings (likelihood_variants)
     with single_thread():
         for seed in repeat_seeds(options.seed, repeats):
             ae = train_autoencoder(
@@ -359,6 +363,10 @@ def run_image_one_vs_all(
                 z_tr, y_train[pick], z_te, y_test, tasks, settings=settings, seed=seed,
                 n_bins=n_bins, progress=options.progress, desc=f"{name} (seed {seed})",
             )  # fmt: skip
+            variants += likelihood_variant_records(
+                z_tr, y_train[pick], z_te, y_test, tasks, seed=seed, n_bins=n_bins,
+                n_members=settings.n_samples,
+            )  # fmt: skip
     tables = summarize_one_vs_all(
         records,
         [n for _, n in tasks],
@@ -366,4 +374,5 @@ def run_image_one_vs_all(
         paper_table=paper_table,
     )
     write_one_vs_all(name, tables, report, printer, paper_label=paper_label)
+    write_likelihood_variants(name, variants, tables, report, printer)
     return finish(name, report, tables, watch, printer, options)

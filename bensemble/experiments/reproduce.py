@@ -132,7 +132,8 @@ def add_reproduce_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPa
         "--n-train",
         type=int,
         default=None,
-        help="fashion: training points for the classifiers (0: all 60,000)",
+        help="fashion: training points for the classifiers (0: all 60,000); toy: training "
+        "points (>= 10, default 10)",
     )
     p.add_argument(
         "--n-test",
@@ -146,7 +147,35 @@ def add_reproduce_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPa
         help="fashion: folder of the IDX files (default /usr/share/datasets/fashion-mnist); "
         "mnist / cifar10 (required): folder of their files",
     )
+    _add_toy_arguments(p)
     return p
+
+
+def _add_toy_arguments(p: argparse.ArgumentParser) -> None:
+    """toy: network training and the illustrative methods' scoring convention."""
+    p.add_argument("--epochs", type=int, default=None, help="toy: epochs (default 1000)")
+    p.add_argument("--lr", type=float, default=None, help="toy: Adam learning rate (1e-3)")
+    p.add_argument(
+        "--batch-size", type=int, default=None, help="toy: minibatch size (default full batch)"
+    )
+    p.add_argument(
+        "--trust",
+        choices=("reported", "draws"),
+        default=None,
+        help="toy: illustrative methods' trust, the reported EU (default) or Var of the draws",
+    )
+    p.add_argument(
+        "--clip",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="toy: clip the illustrative methods' Gaussian draws to [0, 1] (default: no)",
+    )
+
+
+def _toy_extra(args: argparse.Namespace, extra: dict[str, Any]) -> None:
+    for name in ("epochs", "lr", "batch_size", "trust", "clip"):
+        if getattr(args, name, None) is not None:
+            extra[name] = getattr(args, name)
 
 
 def run_reproduce(args: argparse.Namespace) -> int:
@@ -180,6 +209,7 @@ def run_reproduce(args: argparse.Namespace) -> int:
         extra["n_test"] = args.n_test
     if args.data_dir is not None:
         extra["data_dir"] = args.data_dir
+    _toy_extra(args, extra)
     options = RunOptions(
         seed=args.seed,
         repeats=args.repeats,
@@ -189,6 +219,14 @@ def run_reproduce(args: argparse.Namespace) -> int:
         extra=extra,
         overwrite=overwrite,
     )
+    if args.experiment == "toy":  # every toy option is checked before anything trains
+        from bensemble.experiments.toy import toy_config
+
+        try:
+            toy_config(options)
+        except ValueError as err:
+            print(f"{PROG}: error: {err}", file=sys.stderr)
+            return 2
     try:
         reproduce(args.experiment, options)
     except DataUnavailableError as err:

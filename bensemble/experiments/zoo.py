@@ -36,7 +36,9 @@ __all__ = [
     "ACTIVE_METHODS",
     "ILLUSTRATIVE_METHODS",
     "PAPER_ORDER",
+    "LossLog",
     "ZooSettings",
+    "illustrative_outputs",
     "member_probs",
 ]
 
@@ -67,10 +69,15 @@ ILLUSTRATIVE_METHODS = ("Centroids", "Likelihood", "EK-NN")
 
 @dataclass(frozen=True)
 class ZooSettings:
-    """Settings shared by the nine methods (defaults: the paper's appendix B.1.1)."""
+    """Settings shared by the nine methods (defaults: the paper's appendix B.1.1).
+
+    ``batch_size=None`` trains the networks full batch (one Adam step per epoch); ``lr`` is
+    Adam's learning rate (the paper does not give one; 1e-3 is Adam's default).
+    """
 
     epochs: int = 20
-    batch_size: int = 32
+    batch_size: int | None = 32
+    lr: float = 1e-3
     hidden: tuple[int, ...] = (100, 20)
     n_members: int = 10
     n_samples: int = 100
@@ -107,15 +114,87 @@ class ZooSettings:
         return replace(base, **overrides)
 
 
-def _train_net(model, x, y, settings: ZooSettings, seed: int):
+class LossLog:
+    """Cross-entropy loss that records the value of every training step (a ``loss_fn``).
+
+    ``curves(steps)`` splits the record into one curve per network of ``steps`` steps;
+    :meth:`flatness` is how much the loss still moved at the end of training.
+    """
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+
+    def __call__(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = torch.nn.functional.cross_entropy(logits, y)
+        self.values.append(float(loss.detach()))
+        return loss
+
+    @staticmethod
+    def flatness(curve: list[float]) -> tuple[float, float]:
+        """``(final loss, change)`` of one curve: the final loss is the mean over the last 10%
+        of steps, the change ``|mean(last 10%) - mean(previous 10%)| / loss(step 1)`` (the
+        loss of a net that interpolates its training points goes to 0, so a change relative
+        to the final value would never be small; relative to the start it says the curve is
+        flat)."""
+        k = max(1, len(curve) // 10)
+        last = sum(curve[-k:]) / k
+        prev_window = curve[-2 * k : -k] or curve[:1]
+        prev = sum(prev_window) / len(prev_window)
+        return last, abs(last - prev) / max(curve[0], 1e-12)
+
+
+def _batch_size(settings: ZooSettings, n: int) -> int:
+    return n if settings.batch_size is None else min(settings.batch_size, n)
+
+
+def _optimizer(settings: ZooSettings):
+    return lambda params: torch.optim.Adam(params, lr=settings.lr)
+
+
+def _train_net(model, x, y, settings: ZooSettings, seed: int, log: LossLog | None = None):
     return train_model(
         model,
         (x, y),
         epochs=settings.epochs,
-        batch_size=settings.batch_size,
+        batch_size=_batch_size(settings, x.shape[0]),
+        optimizer=_optimizer(settings),
+        loss_fn=log,
         seed=seed,
         progress=settings.progress,
     )
+
+
+def illustrative_outputs(
+    method: str, x_train: Any, y_train: Any, x_eval: Any
+) -> tuple[torch.Tensor, torch.Tensor, str | None]:
+    """Fit an illustrative method; return ``(h(x) [N], EU(x) [N], note or None)`` on ``x_eval``.
+
+    EK-NN uses the paper's ``k = 12`` neighbours, or every training point when there are fewer
+    (the note says so); the Likelihood's ``k = 10`` needs at least 10 training points.
+    """
+    fn = "illustrative_outputs"
+    method = check_option(method, "method", ILLUSTRATIVE_METHODS, fn)
+    x_tr = as_float_tensor(x_train, "x_train", fn, ndim=2)
+    y_tr = as_labels(y_train, "y_train", fn, n=x_tr.shape[0])
+    x_ev = as_float_tensor(x_eval, "x_eval", fn, ndim=2)
+    note = None
+    if method == "EK-NN":
+        k = min(EKNN_NEIGHBOURS, x_tr.shape[0])
+        estimator = EvidentialKNN(n_neighbors=k)
+        if k < EKNN_NEIGHBOURS:
+            note = (
+                f"EK-NN: k = {k} (all training points); the paper's k = {EKNN_NEIGHBOURS} "
+                f"needs at least {EKNN_NEIGHBOURS} training points"
+            )
+    else:
+        estimator = {"Centroids": Centroids, "Likelihood": RelativeLikelihood}[method]()
+    estimator.fit(x_tr, y_tr)
+    probs = estimator.predict_proba(x_ev)
+    return probs[:, 1], estimator.epistemic_uncertainty(x_ev), note
+
+
+#: The paper's EK-NN neighbourhood (appendix B.1.1).
+EKNN_NEIGHBOURS = 12
 
 
 def member_probs(
@@ -126,6 +205,7 @@ def member_probs(
     *,
     settings: ZooSettings | None = None,
     seed: int = 0,
+    training_log: list[list[float]] | None = None,
 ) -> torch.Tensor:
     """Train ``method`` and return its member probabilities on ``x_eval``.
 
@@ -137,6 +217,8 @@ def member_probs(
             test) in one call so that all of them see the *same* members.
         settings: hyper-parameters (default: the paper's).
         seed: seeds training, sampling and data order.
+        training_log: if a list, one loss curve (the loss of every step) per trained network
+            is appended to it (nothing for methods without a network).
 
     Returns:
         member probabilities ``[H, N, K]`` (float64).
@@ -152,6 +234,7 @@ def member_probs(
     n_classes = max(n_classes, 2)
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
+    log = LossLog() if training_log is not None else None
 
     if method == "Deep Ensemble":
         members = train_ensemble(
@@ -159,7 +242,9 @@ def member_probs(
             (x_tr, y_tr),
             n_members=settings.n_members,
             epochs=settings.epochs,
-            batch_size=settings.batch_size,
+            batch_size=_batch_size(settings, x_tr.shape[0]),
+            optimizer=_optimizer(settings),
+            loss_fn=log,
             seed=seed,
             progress=settings.progress,
         )
@@ -174,14 +259,14 @@ def member_probs(
                 n_features, n_classes, settings.hidden, dropconnect_p=settings.dropconnect_p
             )
             mode = "dropconnect"
-        net = _train_net(net, x_tr, y_tr, settings, seed)
+        net = _train_net(net, x_tr, y_tr, settings, seed, log)
         ensemble = Ensemble.from_stochastic(
             net, num_samples=settings.n_samples, mode=mode, mask="per_pass", generator=g
         )
         out = ensemble.predict_member_probs(x_ev)
     elif method == "Bayesian Deep":
         net = _train_net(
-            make_mlp(n_features, n_classes, settings.hidden), x_tr, y_tr, settings, seed
+            make_mlp(n_features, n_classes, settings.hidden), x_tr, y_tr, settings, seed, log
         )
         laplace = LastLayerLaplace(net, generator=g).fit((x_tr, y_tr))
         out = laplace.sample_members(x_ev, settings.n_samples, generator=g)
@@ -205,4 +290,8 @@ def member_probs(
         }[method]()
         estimator.fit(x_tr.double(), y_tr)
         out = estimator.sample_members(x_ev.double(), settings.n_samples, generator=g)
+    if log is not None and log.values:
+        n_nets = settings.n_members if method == "Deep Ensemble" else 1
+        steps = len(log.values) // n_nets
+        training_log.extend(log.values[i * steps : (i + 1) * steps] for i in range(n_nets))
     return out.detach().to(torch.float64)

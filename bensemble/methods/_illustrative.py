@@ -8,9 +8,20 @@ anyway, by drawing for every point *independently*::
 
     phi ~ N(h(x), sd = sqrt(EU(x))),      member = [1 - phi, phi]
 
-where ``h(x)`` is the predicted probability of the positive class. The draws are **clipped to
-[0, 1]** so that every member is a probability vector; clipping pulls the members' mean toward
-1/2 and shrinks their variance below ``EU(x)`` wherever ``h(x) +- sqrt(EU(x))`` leaves [0, 1].
+where ``h(x)`` is the predicted probability of the positive class. By default the draws are
+**clipped to [0, 1]** so that every member is a probability vector (the form every metric of
+:mod:`bensemble.metrics` accepts); clipping pulls the members' mean toward 1/2 and shrinks their
+variance below ``EU(x)`` wherever ``h(x) +- sqrt(EU(x))`` leaves [0, 1]. ``clip=False`` keeps the
+draws as the paper writes them (they may leave [0, 1]; score them with
+:func:`bensemble.experiments.illustrative.illustrative_scores`).
+
+Scoring convention. The paper does not say how the trust of these members is measured; its
+text reads: "we sample hypotheses from a normal distribution using the predicted epistemic
+uncertainty as the variance, i.e. phi ~ N(h(x), sqrt(EU(x)))" (section 4) - the reported
+``EU(x)`` *is* the variance of the second-order distribution, and nothing is clipped. The
+experiments therefore score these methods by default with trust = the reported ``EU`` and
+unclipped draws, and print the other convention (trust = the variance of the draws) beside it;
+see :mod:`bensemble.experiments.illustrative`.
 Two mismatches with a real second-order model follow, and the paper uses them on purpose to show
 why these methods score badly on the expected epistemic calibration error (EECE):
 
@@ -51,23 +62,29 @@ def gaussian_members(
     epistemic_uncertainty: Any,
     n: int,
     *,
+    clip: bool = True,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Binary members drawn as in the paper: ``phi ~ N(h(x), sqrt(EU(x)))``, clipped to [0, 1].
+    """Binary members drawn as in the paper: ``phi ~ N(h(x), sqrt(EU(x)))``, clipped or not.
 
     Each of the ``n x N`` draws uses its own standard normal, independent across members and
     points; ``member[j, i] = [1 - phi_ji, phi_ji]`` with ``phi_ji = clip(h_i + sqrt(EU_i) z_ji,
     0, 1)``. The clipped draw has mean ``E[clip(Z)]`` (not ``h``) and variance below ``EU``
-    wherever the normal puts mass outside [0, 1].
+    wherever the normal puts mass outside [0, 1]
+    (:func:`bensemble.metrics.epistemic.gaussian_draw_moments` gives both exactly).
+    With ``clip=False`` ``phi_ji = h_i + sqrt(EU_i) z_ji`` as the paper writes it: mean ``h``,
+    variance ``EU``, but the "members" may leave [0, 1] and are then not probability vectors (the
+    metrics reject them). The same generator state gives the same ``z`` either way.
 
     Args:
         positive_probs: ``h(x)``, predicted ``P(y = 1 | x)`` ``[N]`` in [0, 1].
         epistemic_uncertainty: ``EU(x)`` ``[N]``, non-negative; used as the variance.
         n: number of members to draw (``>= 1``).
+        clip: clip the draws to [0, 1] (default) or keep them as drawn.
         generator: torch random generator (on the device of the inputs) for reproducibility.
 
     Returns:
-        Member probabilities ``[n, N, 2]`` (float64).
+        Member probabilities ``[n, N, 2]`` (float64; with ``clip=False`` possibly outside [0, 1]).
 
     Example:
         >>> g = torch.Generator().manual_seed(0)
@@ -79,6 +96,8 @@ def gaussian_members(
     eu = as_float_tensor(epistemic_uncertainty, "epistemic_uncertainty", fn, ndim=1)
     check_same_length(fn, positive_probs=h, epistemic_uncertainty=eu)
     n = check_positive_int(n, "n", fn)
+    if not isinstance(clip, bool):
+        raise ValueError(f"{fn}: `clip` must be True or False (got {clip!r})")
     lo, hi = float(h.min()), float(h.max())
     if lo < 0.0 or hi > 1.0:
         raise ValueError(
@@ -90,7 +109,9 @@ def gaussian_members(
         )
     eu = eu.to(h.device)
     z = torch.randn(n, h.shape[0], generator=generator, dtype=torch.float64, device=h.device)
-    phi = (h + eu.sqrt() * z).clamp_(0.0, 1.0)
+    phi = h + eu.sqrt() * z
+    if clip:
+        phi = phi.clamp_(0.0, 1.0)
     return torch.stack([1.0 - phi, phi], dim=-1)
 
 
@@ -208,18 +229,19 @@ class IllustrativeClassifier(BaseEstimator):
         return eu
 
     def sample_members(
-        self, X: Any, n: int, generator: torch.Generator | None = None
+        self, X: Any, n: int, generator: torch.Generator | None = None, *, clip: bool = True
     ) -> torch.Tensor:
         """Members ``[n, N, 2]`` drawn as in the paper (binary tasks only).
 
         ``phi ~ N(h(x), sd = sqrt(EU(x)))`` independently per point and member, clipped to
-        [0, 1]; see :func:`gaussian_members` and the module docstring for why these members are
-        neither coherent nor variance-calibrated.
+        [0, 1] unless ``clip=False``; see :func:`gaussian_members` and the module docstring
+        for why these members are neither coherent nor variance-calibrated.
 
         Args:
             X: inputs ``[N, D]``.
             n: number of members (``>= 1``).
             generator: torch random generator; a fixed seed gives identical draws.
+            clip: clip the draws to [0, 1] (default; see the module docstring).
 
         Returns:
             Member probabilities ``[n, N, 2]`` (float64).
@@ -234,4 +256,4 @@ class IllustrativeClassifier(BaseEstimator):
                 "estimators to sample members"
             )
         probs, eu = self._predict(X)
-        return gaussian_members(probs[:, 1], eu, n, generator=generator)
+        return gaussian_members(probs[:, 1], eu, n, clip=clip, generator=generator)

@@ -50,6 +50,8 @@ from bensemble.metrics._epistemic_checks import (
 )
 from bensemble.metrics._epistemic_targets import (
     binary_calibration_error,
+    gaussian_draw_moments,
+    illustrative_true_epistemic_calibration_error,
     true_epistemic_calibration_error,
 )
 from bensemble.metrics._kmeans import (
@@ -66,6 +68,8 @@ __all__ = [
     "auto_n_bins",
     "expected_epistemic_calibration_error",
     "true_epistemic_calibration_error",
+    "gaussian_draw_moments",
+    "illustrative_true_epistemic_calibration_error",
     "binary_calibration_error",
 ]
 

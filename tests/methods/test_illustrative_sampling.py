@@ -247,3 +247,35 @@ def test_nearest_neighbors_matches_a_brute_force_sort():
         order = np.argsort(dist)[:4]
         np.testing.assert_array_equal(idx[i].numpy(), order)
         np.testing.assert_allclose(d[i].numpy(), dist[order], rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------- conventions
+def test_gaussian_members_unclipped_draws_keep_mean_h_and_variance_eu():
+    """clip=False: the paper's phi ~ N(h, sqrt(EU)) as written, draws may leave [0, 1]."""
+    h = torch.tensor([0.0, 1.0, 0.5], dtype=torch.float64)
+    eu = torch.tensor([0.25, 0.25, 0.0], dtype=torch.float64)
+    n = 20000
+    phi = gaussian_members(h, eu, n, clip=False, generator=torch.Generator().manual_seed(0))
+    phi = phi[..., 1]
+    assert float(phi[:, 0].min()) < 0.0 and float(phi[:, 1].max()) > 1.0
+    rel = 5.0 * (2.0 / (n - 1)) ** 0.5
+    torch.testing.assert_close(phi.var(0)[:2], eu[:2], rtol=rel, atol=0.0)
+    torch.testing.assert_close(phi.mean(0), h, rtol=0.0, atol=5.0 * (0.25 / n) ** 0.5)
+    # same generator state, clip=True is exactly the clipped version of the same draws
+    clipped = gaussian_members(h, eu, n, clip=True, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(clipped[..., 1], phi.clamp(0.0, 1.0), rtol=0, atol=0)
+
+
+def test_sample_members_passes_the_clip_option(toy):
+    train, test = toy
+    model = Centroids().fit(train.x, train.y)
+    g = torch.Generator().manual_seed(0)
+    raw = model.sample_members(test.x, 50, generator=g, clip=False)[..., 1]
+    g = torch.Generator().manual_seed(0)
+    clipped = model.sample_members(test.x, 50, generator=g)[..., 1]
+    torch.testing.assert_close(clipped, raw.clamp(0.0, 1.0), rtol=0, atol=0)
+
+
+def test_gaussian_members_rejects_a_non_bool_clip():
+    with pytest.raises(ValueError, match="clip"):
+        gaussian_members([0.5], [0.1], 2, clip="no")

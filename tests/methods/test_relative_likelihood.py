@@ -185,3 +185,95 @@ def test_binary_only_and_hyper_parameters():
 def test_plausibility_validation(p, n, arg):
     with pytest.raises(ValueError, match=arg):
         relative_likelihood_plausibility(p, n)
+
+
+# ----------------------------------------------------------------------------- variants
+def _variant_reference(x_train, y_train, x_eval, k, supports, eu):
+    """Loop reference with numpy distances and the brentq plausibilities above."""
+    x_train, x_eval = np.asarray(x_train, float), np.asarray(x_eval, float)
+    y_train = np.asarray(y_train)
+    hs, eus = [], []
+    for x in x_eval:
+        d = np.sqrt(((x_train - x) ** 2).sum(1))
+        idx = np.argsort(d, kind="stable")[:k]
+        w = np.ones(k) if supports == "count" else 1.0 / (1.0 + d[idx])
+        p = float((w * (y_train[idx] == 1)).sum())
+        n = float((w * (y_train[idx] == 0)).sum())
+        pi1, pi0 = _reference_scipy_crossing(p, n), _reference_scipy_crossing(n, p)
+        hs.append(p / (p + n))
+        if eu == "min":
+            eus.append(min(pi1, pi0))
+        elif eu == "paper":
+            eus.append(1.0 - max(pi1, pi0))
+        else:
+            eus.append(float(_relative_likelihood_np(0.5, p, n)))
+    return np.array(hs), np.array(eus)
+
+
+@pytest.mark.parametrize("supports", ["count", "distance"])
+@pytest.mark.parametrize("eu", ["min", "paper", "crossing"])
+def test_variants_match_a_scipy_loop_reference(supports, eu):
+    train, test = make_toy_gaussians(40, seed=0), make_toy_gaussians(25, seed=1)
+    model = RelativeLikelihood(n_neighbors=7, supports=supports, eu=eu).fit(train.x, train.y)
+    h_ref, eu_ref = _variant_reference(train.x, train.y, test.x, 7, supports, eu)
+    np.testing.assert_allclose(model.predict_proba(test.x)[:, 1].numpy(), h_ref, atol=1e-12)
+    np.testing.assert_allclose(model.epistemic_uncertainty(test.x).numpy(), eu_ref, atol=1e-9)
+
+
+def test_default_variant_is_nguyen_counts():
+    model = RelativeLikelihood()
+    assert (model.supports, model.eu) == ("count", "min")
+
+
+def test_variants_on_hand_made_counts():
+    """Ten agreeing neighbours: Nguyen's EU is pi(0) = 0.4725...^10-ish (tiny), the paper
+    reading 1 - max(pi) = 0 (pi(1) = 1) and the crossing reading L(1/2) = 2^-10."""
+    x = [[float(i)] for i in range(10)] + [[100.0 + i] for i in range(10)]
+    y = [1] * 10 + [0] * 10
+    q = [[4.5]]
+    eus = {
+        eu: float(RelativeLikelihood(eu=eu).fit(x, y).epistemic_uncertainty(q)[0])
+        for eu in ("min", "paper", "crossing")
+    }
+    assert 0.0 < eus["min"] < 2e-3
+    assert eus["paper"] == pytest.approx(0.0, abs=1e-15)
+    assert eus["crossing"] == pytest.approx(2.0**-10, rel=1e-12)
+
+
+def test_distance_supports_give_larger_eu_far_from_the_data():
+    x = [[float(i)] for i in range(10)] + [[100.0 + i] for i in range(10)]
+    y = [1] * 10 + [0] * 10
+    near = RelativeLikelihood(supports="distance").fit(x, y)
+    far_eu = float(near.epistemic_uncertainty([[-50.0]])[0])
+    near_eu = float(near.epistemic_uncertainty([[4.5]])[0])
+    assert far_eu > 0.5 > near_eu  # supports of ~0.2 barely move the likelihood
+    count = RelativeLikelihood().fit(x, y)
+    assert float(count.epistemic_uncertainty([[-50.0]])[0]) < 2e-3
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"), [({"supports": "weights"}, "supports"), ({"eu": "max"}, "eu")]
+)
+def test_variant_options_are_validated(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        RelativeLikelihood(**kwargs)
+
+
+def test_likelihood_variant_table_on_a_small_task():
+    from bensemble.experiments.digits import paper_mean
+    from bensemble.experiments.likelihood_variants import (
+        likelihood_variant_records,
+        likelihood_variant_table,
+    )
+
+    train, test = make_toy_gaussians(40, seed=0), make_toy_gaussians(30, seed=1)
+    records = likelihood_variant_records(
+        train.x, train.y, test.x, test.y, [(1, "pos")], seed=0, n_bins=3, n_members=5
+    )
+    assert len(records) == 6
+    rows = likelihood_variant_table(records, paper_mean("eece", "Likelihood"))
+    assert [(r["supports"], r["eu"]) for r in rows] == [
+        (s, e) for s in ("count", "distance") for e in ("min", "paper", "crossing")
+    ]
+    assert all(r["paper EECE"] == pytest.approx(0.14, abs=0.005) for r in rows)
+    assert all(0.0 <= r["mean EU"] <= 1.0 for r in rows)
