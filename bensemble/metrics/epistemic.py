@@ -51,6 +51,7 @@ from bensemble.metrics._kmeans import (
     _fit,
     resolve_seed,
 )
+from bensemble.metrics._kmeans_batched import map_classes
 from bensemble.metrics.calibration import calibration_error
 
 __all__ = [
@@ -399,9 +400,8 @@ def expected_epistemic_calibration_error(
         class_ids = [ids_given] * groups
         method, backend_name, settings = "bins", None, {}
     else:
-        class_ids, class_slots, infos = [], [], []
-        for k in range(groups):
-            ids_k, m_k, info = _partition(
+        def _fit_class(k: int) -> tuple[torch.Tensor, int, dict[str, Any]]:
+            return _partition(
                 cols[:, k * n : (k + 1) * n].T,
                 binning=binning,
                 n_bins=n_bins,
@@ -416,9 +416,11 @@ def expected_epistemic_calibration_error(
                     "batch_size": batch_size,
                 },
             )
-            class_ids.append(ids_k)
-            class_slots.append(m_k)
-            infos.append(info)
+
+        # the K per-class fits run concurrently with single-threaded kernels (same results as
+        # the sequential loop; see bensemble.metrics._kmeans_batched)
+        results = map_classes(_fit_class, groups) if groups > 1 else [_fit_class(0)]
+        class_ids, class_slots, infos = (list(r) for r in zip(*results, strict=True))
         slots = max(class_slots)
         method = binning
         backend_name, settings = _merge_infos(infos)
