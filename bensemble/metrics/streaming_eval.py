@@ -21,6 +21,7 @@ memory); run them on a split that fits.
 
 from __future__ import annotations
 
+import mmap
 import os
 from typing import Any
 
@@ -54,6 +55,17 @@ def open_memmap(path: str | os.PathLike) -> np.ndarray:
         raise ValueError(
             f"{fn}: `path` must be a readable .npy file (got {path!s}: {exc})"
         ) from None
+
+
+def _release(array: Any) -> None:
+    """Drop the pages of a memory-mapped array that this process has read from its resident set
+    (``madvise(MADV_DONTNEED)``; the data stays on disk), so the resident memory of a pass over a
+    file stays bounded by a chunk. A no-op for arrays that are not memory-mapped."""
+    while array is not None and not isinstance(array, np.memmap):
+        array = getattr(array, "base", None)
+    handle = getattr(array, "_mmap", None)
+    if handle is not None and hasattr(mmap, "MADV_DONTNEED"):
+        handle.madvise(mmap.MADV_DONTNEED)
 
 
 class _ClassColumns:
@@ -141,6 +153,7 @@ def evaluate_chunked(
                 uncertainty.update(p)
                 eece.update(p, yb)
             bar.update(int(yb.shape[0]))
+            _release(source)
     out: dict[str, Any] = {"n": n}
     out.update({name: meter.compute() for name, meter in meters.items()})
     if m > 1:
