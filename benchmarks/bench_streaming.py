@@ -6,7 +6,7 @@ Three measurements, each a ratio of two runs made by this script in the same ses
 1. **Peak RSS**, evaluating a ``N x 10`` probability ``.npy`` file (``N = 10^7``; ``--quick``:
    ``10^6``): ``evaluate_chunked(open_memmap(path))`` vs the materialised run
    ``evaluate_predictions(np.load(path))`` - each in a fresh subprocess, peak RSS from
-   ``getrusage(RUSAGE_SELF).ru_maxrss``.
+   ``VmHWM`` in ``/proc/self/status``.
 2. **DDP sync time** over 2 gloo processes on loopback at ``10^6`` and ``4 * 10^6`` rows per rank:
    our :func:`bensemble.integrations.sync_` of a :class:`CalibrationErrorMeter` (45 float64
    numbers) vs torchmetrics' ``MulticlassCalibrationError`` (its ``compute()`` gathers every
@@ -43,12 +43,25 @@ import _harness  # noqa: E402
 # ----------------------------------------------------------------------------- 1. peak RSS
 
 
+def _peak_rss() -> int:
+    """This process's peak resident set in bytes: ``VmHWM`` of ``/proc/self/status`` (reset by
+    ``exec``, unlike ``getrusage``'s ``ru_maxrss``, which a child inherits from the parent's
+    peak across fork + exec), else ``ru_maxrss``."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
 def _probe_rss(mode: str, path: str, labels: str) -> None:
     """(subprocess) evaluate the file one way; print peak RSS (bytes) and seconds as JSON."""
     from bensemble.experiments.evaluate import evaluate_predictions
     from bensemble.metrics.streaming_eval import evaluate_chunked, open_memmap
 
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # after the imports
+    base = _peak_rss()  # after the imports
     start = time.perf_counter()
     y = np.load(labels)
     if mode == "memmap":
@@ -56,7 +69,7 @@ def _probe_rss(mode: str, path: str, labels: str) -> None:
     else:
         out = evaluate_predictions(np.load(path), y).metrics[0]
     seconds = time.perf_counter() - start
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    rss = _peak_rss()
     print(
         json.dumps(
             {"rss": rss, "base": base, "seconds": seconds, "ece": out["ece"], "nll": out["nll"]}
