@@ -5,8 +5,10 @@ sequential per-class loop with torch's intra-op threads.
 Workload: N = 50,000 points, H = 10 members, 100 bins per class (the EECE default). The member
 vectors of class ``k`` are ``sigmoid(z - log(K - 1) + 2 u)`` with ``z`` standard normal per
 member and point and ``u`` per point (the one-vs-rest probability of a K-class softmax with
-spread logits). Both paths fit the same classes with the same seed and must return identical
-centroids (checked; the 'agreement' column is the largest centroid difference).
+spread logits). Both paths fit the same classes with the same seed. Ours is bit-identical to the
+loop run with one intra-op thread (checked, in the note); against the loop with N threads,
+reductions sum in another order and k-means++ may break near-ties differently, so the 'agreement'
+column is the largest relative difference in K-means inertia (target <= 1%).
 
 Both paths are linear in K (K independent fits), and the previous loop costs 10-50 s per class on
 the loaded 2-core benchmark machine, so a full K = 1000 loop (hours) is out of reach here: each
@@ -35,7 +37,7 @@ sys.path.insert(0, str(HERE.parent))
 import _harness  # noqa: E402
 
 from bensemble.metrics._kmeans import _fit  # noqa: E402
-from bensemble.metrics._kmeans_batched import map_classes  # noqa: E402
+from bensemble.metrics._kmeans_batched import map_classes, single_threaded  # noqa: E402
 
 
 def _class_vectors(n_classes: int, classes: int, n: int, h: int = 10) -> list[torch.Tensor]:
@@ -68,7 +70,13 @@ def main(argv: list[str] | None = None) -> int:
             t = time.perf_counter()
             loop = [_fit(x, 100, seed=0) for x in xs]
             t_loop = time.perf_counter() - t
-            diff = max(float((a.centroids - b.centroids).abs().max()) for a, b in zip(ours, loop))
+            # same algorithm, but 1 vs N threads sum in a different order: ties in k-means++
+            # can then pick other centres, so compare the objective (inertia) ...
+            diff = max(abs(a.inertia - b.inertia) / b.inertia for a, b in zip(ours, loop))
+            # ... and check bit-identity against the loop run with one thread, as ours is
+            with single_threaded():
+                loop1 = [_fit(x, 100, seed=0) for x in xs]
+            same = all(torch.equal(a.centroids, b.centroids) for a, b in zip(ours, loop1))
             results.append(
                 _harness.Result(
                     f"classwise K-means K={n_classes}: {args.classes} of {n_classes} classes "
@@ -78,7 +86,9 @@ def main(argv: list[str] | None = None) -> int:
                     t_ours,
                     diff,
                     target=5.0 if n_classes == 1000 else None,
-                    note="agreement: max |centroid difference|",
+                    note="agreement: max relative inertia difference to the loop; centroids "
+                    + ("identical" if same else "DIFFER")
+                    + " to the 1-thread loop",
                 )
             )
             scale = n_classes / len(xs)
