@@ -14,6 +14,11 @@ set to 1 for the duration (restored in ``finally``), on a pool of ``min(K, threa
 threads, ``threads`` being the caller's intra-op budget (``torch.get_num_threads()``). torch
 releases the GIL inside its kernels, so classes proceed in parallel without barriers; the
 results are those of the sequential single-threaded loop, class for class, in class order.
+
+Against the loop run with several intra-op threads the results can differ slightly: a threaded
+reduction sums in another order, and k-means++ may then break a near-tie between candidate
+centres the other way. ``benchmarks/bench_eece_classwise.py`` measures the effect as the relative
+difference in K-means inertia (reported in ``benchmarks/results.md``).
 """
 
 from __future__ import annotations

@@ -417,8 +417,8 @@ def expected_epistemic_calibration_error(
                 },
             )
 
-        # the K per-class fits run concurrently with single-threaded kernels (same results as
-        # the sequential loop; see bensemble.metrics._kmeans_batched)
+        # the K per-class fits run concurrently with single-threaded kernels (the results of
+        # the sequential single-threaded loop; see bensemble.metrics._kmeans_batched)
         results = map_classes(_fit_class, groups) if groups > 1 else [_fit_class(0)]
         class_ids, class_slots, infos = (list(r) for r in zip(*results, strict=True))
         slots = max(class_slots)
