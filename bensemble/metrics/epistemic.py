@@ -400,6 +400,7 @@ def expected_epistemic_calibration_error(
         class_ids = [ids_given] * groups
         method, backend_name, settings = "bins", None, {}
     else:
+
         def _fit_class(k: int) -> tuple[torch.Tensor, int, dict[str, Any]]:
             return _partition(
                 cols[:, k * n : (k + 1) * n].T,
