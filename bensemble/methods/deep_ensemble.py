@@ -16,6 +16,7 @@ uncertainty estimation using deep ensembles", NeurIPS 30.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterable, Iterator
 
 import torch
@@ -27,10 +28,12 @@ from bensemble._validation import (
     as_labels,
     check_finite,
     check_generator,
+    check_option,
     check_positive_int,
     check_same_length,
     to_tensor,
 )
+from bensemble.methods._parallel import BACKENDS, run_members
 
 __all__ = ["train_model", "train_ensemble"]
 
@@ -95,6 +98,10 @@ def train_ensemble(
     generator: torch.Generator | None = None,
     seed: int | None = None,
     progress: bool = True,
+    *,
+    backend: str = "sequential",
+    n_jobs: int | None = None,
+    temp_dir: str | os.PathLike | None = None,
 ) -> list[nn.Module]:
     """Train ``n_members`` networks that differ only by initialisation and data order.
 
@@ -106,6 +113,14 @@ def train_ensemble(
         generator: random source of the per-member seeds (``None``: torch's global RNG).
         seed: alternative to ``generator``.
         progress: show a tqdm bar over all members' epochs.
+        backend: ``"sequential"`` (this process), ``"joblib"`` (a loky process pool) or
+            ``"ray"`` (one Ray task per member); see :mod:`bensemble.methods._parallel`. Every
+            backend returns the same members, member for member, under the same seeds; the
+            parallel ones train each member with one torch thread.
+        n_jobs: parallel workers (default: the CPU count, at most ``n_members``); for Ray the
+            ``num_cpus`` of the local instance it starts (an initialised Ray is reused as is).
+        temp_dir: directory for the backend's temporary files (Ray's session directory, joblib's
+            memmapping folder); default: the backend's own default.
 
     Returns:
         the trained members, in eval mode.
@@ -124,17 +139,43 @@ def train_ensemble(
     g = check_generator(generator, seed, fn)
     config = _TrainConfig(fn, epochs, batch_size, optimizer, loss_fn)
     dataset = _as_dataset(data, fn)
+    check_option(backend, "backend", BACKENDS, fn)
+    if n_jobs is not None:
+        n_jobs = check_positive_int(n_jobs, "n_jobs", fn)
     seeds = torch.randint(0, _SEED_HIGH, (n_members, 2), generator=g).tolist()
-    members = []
     total = n_members * config.epochs
     with _progress.progress(total=total, enabled=progress, desc="deep ensemble") as bar:
-        for init_seed, order_seed in seeds:
-            with _forked_rng(init_seed):
-                model = make_model()
-            _check_module(model, "make_model()", fn)
-            _train(model, dataset, config, order_seed, bar)
-            members.append(model)
-    return members
+        if backend != "sequential":
+            return run_members(
+                backend,
+                make_model,
+                dataset,
+                config,
+                seeds,
+                n_jobs=n_jobs,
+                temp_dir=temp_dir,
+                bar=bar,
+            )
+        return [_build_member(make_model, dataset, config, a, b, bar) for a, b in seeds]
+
+
+def _build_member(make_model, dataset, config, init_seed: int, order_seed: int, bar) -> nn.Module:
+    """Member ``(init_seed, order_seed)``: a pure function of its seeds (any process)."""
+    with _forked_rng(init_seed):
+        model = make_model()
+    _check_module(model, "make_model()", config.fn)
+    _train(model, dataset, config, order_seed, bar)
+    return model
+
+
+class _NullBar:
+    """A progress bar that shows nothing (for workers)."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix(self, **kwargs) -> None:
+        pass
 
 
 class _TrainConfig:

@@ -5,7 +5,7 @@ dataclass. Every function accepts torch tensors or numpy arrays.
 
 * :mod:`~bensemble.metrics.scoring` - NLL, Brier, accuracy
 * :mod:`~bensemble.metrics.calibration` - the ECE family and reliability data
-* :mod:`~bensemble.metrics.streaming` - batch-by-batch calibration meters
+* :mod:`~bensemble.metrics.streaming` - batch-by-batch, mergeable meters of every additive metric
 * :mod:`~bensemble.metrics.epistemic` - EECE and TECE (epistemic calibration)
 * :mod:`~bensemble.metrics.selective` - risk-coverage curves
 * :mod:`~bensemble.metrics.smooth` - the kernel-smoothed calibration curve (Beta kernel)
@@ -48,13 +48,26 @@ from bensemble.metrics.selective import (
     selective_confidence,
 )
 from bensemble.metrics.smooth import SmoothCalibrationCurve, smooth_calibration_curve
-from bensemble.metrics.streaming import CalibrationErrorMeter
+from bensemble.metrics.streaming import (
+    AccuracyMeter,
+    BrierMeter,
+    CalibrationErrorMeter,
+    ClasswiseCalibrationErrorMeter,
+    NLLMeter,
+)
+from bensemble.metrics.streaming_epistemic import EECEMeter, UncertaintyMeter
 
 __all__ = [
+    "AccuracyMeter",
+    "BrierMeter",
     "CalibrationBins",
     "CalibrationErrorMeter",
     "SmoothCalibrationCurve",
+    "ClasswiseCalibrationErrorMeter",
     "EECEDetails",
+    "EECEMeter",
+    "NLLMeter",
+    "UncertaintyMeter",
     "accuracy",
     "assign_bins",
     "aupr",

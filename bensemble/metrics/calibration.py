@@ -339,6 +339,16 @@ def classwise_calibration_error(
             f"(classwise bins need num_classes * (n_bins + 1) <= {MAX_BIN_SLOTS} slots) "
             f"(got {n_bins})"
         )
+    per_class = _norm_from_sums(*_classwise_stats(p, y, n_bins, binning), norm)
+    return float(per_class.mean())
+
+
+def _classwise_stats(
+    p: torch.Tensor, y: torch.Tensor, n_bins: int, binning: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Kernel: validated ``probs [N, K]``, int64 ``targets [N]`` -> float64 per-class, per-bin
+    ``(counts, sum_p, hits)``, each ``[K, n_bins]`` (the update half of the classwise error)."""
+    n_classes = p.shape[1]
     values = p.to(_F64)
     if binning == "uniform":
         groups = torch.arange(n_classes, device=p.device)
@@ -348,10 +358,7 @@ def classwise_calibration_error(
     slots = n_classes * (n_bins + 1)
     counts, sum_p = bin_sums(ids, slots, values)
     (hits,) = bin_sums(ids.gather(1, y[:, None]), slots)
-    per_class = _norm_from_sums(
-        *(ungroup(s, n_bins, n_classes) for s in (counts, sum_p, hits)), norm
-    )
-    return float(per_class.mean())
+    return tuple(ungroup(s, n_bins, n_classes) for s in (counts, sum_p, hits))
 
 
 def reliability_diagram(

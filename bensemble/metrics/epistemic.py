@@ -62,6 +62,7 @@ from bensemble.metrics._kmeans import (
     _check_fit_options,
     resolve_seed,
 )
+from bensemble.metrics._kmeans_batched import map_classes
 
 __all__ = [
     "EECEDetails",
@@ -371,9 +372,9 @@ def expected_epistemic_calibration_error(
         has its own K-means fit; all statistics are one vectorised pass over every class."""
         if dense_ids is not None:
             return [dense_ids] * groups, int(bin_ids.numel()), "bins", None, {}
-        class_ids, class_slots, infos = [], [], []
-        for k in range(groups):
-            ids_k, m_k, info = partition(
+
+        def fit_class(k: int) -> tuple[torch.Tensor, int, dict[str, Any]]:
+            return partition(
                 cols[:, k * n : (k + 1) * n].T,
                 binning=binning,
                 n_bins=n_bins,
@@ -388,9 +389,11 @@ def expected_epistemic_calibration_error(
                     "batch_size": batch_size,
                 },
             )
-            class_ids.append(ids_k)
-            class_slots.append(m_k)
-            infos.append(info)
+
+        # the K per-class fits run concurrently with single-threaded kernels: the results of
+        # the sequential single-threaded loop (see bensemble.metrics._kmeans_batched)
+        results = map_classes(fit_class, groups) if groups > 1 else [fit_class(0)]
+        class_ids, class_slots, infos = (list(r) for r in zip(*results, strict=True))
         return class_ids, max(class_slots), binning, *merge_infos(infos)
 
     seeds = [(run_seed + i) % 2**63 for i in range(n_seeds)] if random_bins else [None]

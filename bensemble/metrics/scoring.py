@@ -150,3 +150,28 @@ def accuracy(probs: Any, targets: Any, *, from_logits: bool = False) -> float:
     fn = "accuracy"
     p, y = _check_probs_targets(probs, targets, fn, from_logits)
     return float((_top_label(p)[1] == y).to(_F64).mean())
+
+
+# ----------------------------------------------------------------------------- kernels
+# Update halves (float64 sums over a validated batch) for the streaming meters; the mean is the
+# sum divided by the number of samples.
+
+
+def _nll_sum(p: torch.Tensor, y: torch.Tensor, eps: float, logits: bool) -> torch.Tensor:
+    """Summed NLL of validated ``probs [N, K]`` (``logits=True``: float64 logits, exact
+    log-softmax) and int64 ``targets [N]``."""
+    if logits:
+        return -torch.log_softmax(p.to(_F64), dim=1).gather(1, y[:, None]).sum()
+    return -(p.gather(1, y[:, None]).to(_F64) + eps).log().sum()
+
+
+def _brier_sum(p: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Summed multi-class Brier score of validated ``probs [N, K]`` and ``targets [N]``."""
+    p = p.to(_F64)
+    per_sample = (p * p).sum(1) - 2.0 * p.gather(1, y[:, None]).squeeze(1) + 1.0
+    return per_sample.clamp_min_(0.0).sum()
+
+
+def _correct_sum(p: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Number of samples whose top-1 class (first index on ties) is the label (float64)."""
+    return (_top_label(p)[1] == y).to(_F64).sum()

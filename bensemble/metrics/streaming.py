@@ -1,14 +1,26 @@
-"""Streaming (batch-by-batch, mergeable) top-label calibration error.
+"""Streaming (batch-by-batch, mergeable) metrics: every additive metric as a float64 state.
 
-:class:`CalibrationErrorMeter` runs the update half of
-:func:`~bensemble.metrics.calibration.expected_calibration_error` on each batch and adds the
-per-bin sums (:class:`~bensemble.metrics.calibration.CalibrationBins`), so
+Each meter holds fixed-shape float64 sufficient statistics (see
+:class:`~bensemble.metrics._state.MergeableState`): ``update`` adds a batch (the update half of
+the one-shot metric), ``merge`` adds another meter's state, ``compute`` is the compute half, and
+``state_dict`` / ``load_state_dict`` save and restore it. So
 
-    one-shot == streaming over any batch split == merged shards
+    one-shot == streaming over any batch split == merged shards == all-reduced ranks
 
-up to float64 summation order (the counts are exact). Only equal-width (``"uniform"``) bins can
-stream: equal-mass (``"quantile"``) edges are order statistics of *all* confidences, unknown until
-the last batch has been seen, so a quantile ECE has to keep every sample.
+up to float64 summation order (the counts are exact).
+
+* :class:`CalibrationErrorMeter` - top-label ECE / RMSCE / MCE and reliability data
+* :class:`ClasswiseCalibrationErrorMeter` - classwise calibration error
+* :class:`NLLMeter`, :class:`BrierMeter`, :class:`AccuracyMeter` - scoring rules and accuracy
+* :class:`~bensemble.metrics.streaming_epistemic.UncertaintyMeter` - mean total / aleatoric /
+  epistemic uncertainty of member predictions
+* :class:`~bensemble.metrics.streaming_epistemic.EECEMeter` - the EECE given fitted centroids
+
+What does not stream, and why: equal-mass (``"quantile"``) bin edges are order statistics of
+*all* confidences, unknown until the last batch, and so are conformal thresholds; compute them
+on a gathered sample (or a first pass), then stream with the fixed edges / threshold. The
+EECE's K-means bins likewise are fitted first (two-phase protocol: ``fit_bins`` on a sample,
+broadcast the centroids, then accumulate :class:`EECEMeter` anywhere).
 """
 
 from __future__ import annotations
@@ -17,20 +29,85 @@ from typing import Any
 
 import torch
 
-from bensemble._validation import check_bool, check_n_bins, check_option, check_positive_int
+from bensemble._validation import (
+    MAX_BIN_SLOTS,
+    as_labels,
+    as_logits,
+    check_bool,
+    check_n_bins,
+    check_option,
+    check_positive,
+    check_positive_int,
+)
+from bensemble.metrics._binning import grid_edges
+from bensemble.metrics._state import _F64, MergeableState
 from bensemble.metrics.calibration import (
     NORMS,
     CalibrationBins,
+    _classwise_stats,
+    _norm_from_sums,
     _top_label_stats,
-    calibration_error_from_bins,
 )
-from bensemble.metrics.scoring import _check_probs_targets
+from bensemble.metrics.scoring import _brier_sum, _check_probs_targets, _correct_sum, _nll_sum
 
-__all__ = ["CalibrationErrorMeter"]
+__all__ = [
+    "CalibrationErrorMeter",
+    "ClasswiseCalibrationErrorMeter",
+    "NLLMeter",
+    "BrierMeter",
+    "AccuracyMeter",
+    "MergeableState",
+]
 
 
-class CalibrationErrorMeter:
+class _ProbsMeter(MergeableState):
+    """A meter over ``probs [B, K]`` / ``targets [B]`` batches with an optional class count."""
+
+    def __init__(self, num_classes: int | None, from_logits: bool) -> None:
+        if num_classes is not None:
+            num_classes = check_positive_int(num_classes, "num_classes", self._fn, minimum=2)
+        self.num_classes = num_classes
+        self.from_logits = check_bool(from_logits, "from_logits", self._fn)
+        self._seen_classes = num_classes
+        self._init_state()
+
+    def _batch(self, probs: Any, targets: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        fn = f"{self._fn}.update"
+        p, y = _check_probs_targets(probs, targets, fn, self.from_logits)
+        self._check_classes(p, fn)
+        return p, y
+
+    def _check_classes(self, p: torch.Tensor, fn: str) -> None:
+        if self._seen_classes is not None and p.shape[1] != self._seen_classes:
+            raise ValueError(
+                f"{fn}: `probs` must have {self._seen_classes} classes (got shape {tuple(p.shape)})"
+            )
+        self._seen_classes = int(p.shape[1])
+
+    def merge(self, other: MergeableState) -> MergeableState:
+        fn = f"{self._fn}.merge"
+        self._check_other(other, fn)
+        if None not in (self._seen_classes, other._seen_classes) and (
+            self._seen_classes != other._seen_classes
+        ):
+            raise ValueError(
+                f"{fn}: `other` must have seen {self._seen_classes} classes "
+                f"(got {other._seen_classes})"
+            )
+        self._add(other._state)
+        self._seen_classes = self._seen_classes or other._seen_classes
+        return self
+
+    def reset(self) -> MergeableState:
+        self._seen_classes = self.num_classes
+        return super().reset()
+
+
+class CalibrationErrorMeter(_ProbsMeter):
     """Accumulates top-label calibration statistics over batches; state is ``O(n_bins)``.
+
+    The state is :class:`~bensemble.metrics.calibration.CalibrationBins`' per-bin count, sum of
+    confidences and sum of correctness (float64, ``[n_bins]`` each).
 
     Args:
         n_bins: number of equal-width bins (bensemble 0.2's ``(lower, upper]`` bins).
@@ -48,6 +125,8 @@ class CalibrationErrorMeter:
         0.3
     """
 
+    _fn = "CalibrationErrorMeter"
+
     def __init__(
         self,
         n_bins: int = 15,
@@ -56,105 +135,203 @@ class CalibrationErrorMeter:
         *,
         from_logits: bool = False,
     ) -> None:
-        fn = "CalibrationErrorMeter"
-        self.n_bins = check_n_bins(n_bins, fn)
-        self.norm = check_option(norm, "norm", NORMS, fn)
-        if num_classes is not None:
-            num_classes = check_positive_int(num_classes, "num_classes", fn, minimum=2)
-        self.num_classes = num_classes
-        self.from_logits = check_bool(from_logits, "from_logits", fn)
-        self._bins: CalibrationBins | None = None
-        self._seen_classes: int | None = num_classes
+        self.n_bins = check_n_bins(n_bins, self._fn)
+        self.norm = check_option(norm, "norm", NORMS, self._fn)
+        super().__init__(num_classes, from_logits)
+
+    def _settings(self) -> dict[str, Any]:
+        return {"n_bins": self.n_bins, "norm": self.norm}
+
+    def _check_other(self, other: Any, fn: str, name: str = "other") -> None:
+        if isinstance(other, CalibrationErrorMeter) and other is not self:
+            if (other.n_bins, other.norm) != (self.n_bins, self.norm):
+                raise ValueError(
+                    f"{fn}: `other` must use the same n_bins and norm "
+                    f"({self.n_bins}, {self.norm!r}) (got ({other.n_bins}, {other.norm!r}))"
+                )
+        super()._check_other(other, fn, name)
+
+    def _empty_state(self) -> dict[str, torch.Tensor]:
+        zeros = torch.zeros(self.n_bins, dtype=_F64)
+        return {"counts": zeros, "sum_confidence": zeros.clone(), "sum_correct": zeros.clone()}
+
+    def _count(self, state: dict[str, torch.Tensor]) -> float:
+        return float(state["counts"].sum())
+
+    def _stats(self, probs: Any, targets: Any) -> dict[str, torch.Tensor]:
+        """Per-bin sums of a batch ``probs [B, K]``, ``targets [B]``."""
+        bins = _top_label_stats(*self._batch(probs, targets), self.n_bins, "uniform")
+        return {
+            "counts": bins.counts,
+            "sum_confidence": bins.sum_confidence,
+            "sum_correct": bins.sum_correct,
+        }
+
+    def _value(self, state: dict[str, torch.Tensor]) -> float:
+        s = state
+        return float(_norm_from_sums(s["counts"], s["sum_confidence"], s["sum_correct"], self.norm))
 
     def update(self, probs: Any, targets: Any) -> CalibrationErrorMeter:
         """Add a batch ``probs [B, K]``, ``targets [B]``; returns ``self``."""
-        fn = "CalibrationErrorMeter.update"
-        p, y = _check_probs_targets(probs, targets, fn, self.from_logits)
-        if self._seen_classes is not None and p.shape[1] != self._seen_classes:
-            raise ValueError(
-                f"{fn}: `probs` must have {self._seen_classes} classes (got shape {tuple(p.shape)})"
-            )
-        self._seen_classes = int(p.shape[1])
-        stats = _top_label_stats(p, y, self.n_bins, "uniform")
-        self._bins = stats if self._bins is None else self._bins + stats
-        return self
+        return super().update(probs, targets)
 
     @property
     def bins(self) -> CalibrationBins:
-        """The accumulated :class:`CalibrationBins` (raises before the first update)."""
-        if self._bins is None:
-            raise ValueError(
-                "CalibrationErrorMeter: no data yet (got no batch) - call update() first"
-            )
-        return self._bins
-
-    def compute(self) -> float:
-        """The calibration error of everything seen so far."""
-        return calibration_error_from_bins(self.bins, self.norm)
-
-    def merge(self, other: CalibrationErrorMeter) -> CalibrationErrorMeter:
-        """Add another meter's state (e.g. from another process / shard); returns ``self``.
-
-        ``other`` must be a different meter (merging a meter with itself would count every
-        sample twice; merge a ``copy.deepcopy`` if that is really meant) with the same
-        ``n_bins`` and ``norm`` that has seen (or declares) the same number of classes.
-        ``from_logits`` may differ: the state holds probabilities either way.
-        """
-        fn = "CalibrationErrorMeter.merge"
-        if not isinstance(other, CalibrationErrorMeter):
-            raise ValueError(
-                f"{fn}: `other` must be a CalibrationErrorMeter (got {type(other).__name__})"
-            )
-        if other is self:
-            raise ValueError(
-                f"{fn}: `other` must be another meter (got the meter itself, whose samples "
-                "would be counted twice)"
-            )
-        if (other.n_bins, other.norm) != (self.n_bins, self.norm):
-            raise ValueError(
-                f"{fn}: `other` must use the same n_bins and norm "
-                f"({self.n_bins}, {self.norm!r}) (got ({other.n_bins}, {other.norm!r}))"
-            )
-        if None not in (self._seen_classes, other._seen_classes) and (
-            self._seen_classes != other._seen_classes
-        ):
-            raise ValueError(
-                f"{fn}: `other` must have seen {self._seen_classes} classes "
-                f"(got {other._seen_classes})"
-            )
-        if other._bins is not None:
-            self._bins = other._bins if self._bins is None else self._bins + other._bins
-            self._seen_classes = self._seen_classes or other._seen_classes
-        return self
-
-    def reset(self) -> CalibrationErrorMeter:
-        """Forget all batches (keeps the settings); returns ``self``."""
-        self._bins = None
-        self._seen_classes = self.num_classes
-        return self
+        """The accumulated :class:`CalibrationBins` (reliability data; raises before data)."""
+        if self.n_samples == 0:
+            raise ValueError(f"{self._fn}: no data yet (got no batch) - call update() first")
+        s = self._state
+        edges = grid_edges(self.n_bins, s["counts"].device)
+        return CalibrationBins._unchecked(edges, s["counts"], s["sum_confidence"], s["sum_correct"])
 
     def __repr__(self) -> str:
-        n = 0 if self._bins is None else int(self._bins.total)
         return (
             f"CalibrationErrorMeter(n_bins={self.n_bins}, norm={self.norm!r}, "
-            f"num_classes={self.num_classes}, samples={n})"
+            f"num_classes={self.num_classes}, samples={self.n_samples})"
         )
 
-    # a meter is a small value object: keep its state on the device of its first batch
-    def to(self, device: torch.device | str) -> CalibrationErrorMeter:
-        """Move the accumulated state to ``device``; returns ``self``."""
-        try:
-            device = torch.device(device)
-        except (RuntimeError, TypeError) as exc:
+
+class ClasswiseCalibrationErrorMeter(_ProbsMeter):
+    """Streaming :func:`~bensemble.metrics.classwise_calibration_error` (uniform bins).
+
+    State: per class and bin the count, the sum of ``p_k`` and the number of ``y = k``,
+    ``[num_classes, n_bins]`` float64 each.
+
+    Args:
+        num_classes: number of classes ``K`` (fixes the state's shape).
+        n_bins: equal-width bins per class.
+        norm: ``"l1"``, ``"l2"`` or ``"max"``, applied per class before the mean over classes.
+        from_logits: batches hold logits.
+
+    Example:
+        >>> m = ClasswiseCalibrationErrorMeter(2, n_bins=5)
+        >>> _ = m.update([[0.9, 0.1], [0.6, 0.4]], [0, 1]).update([[0.3, 0.7], [0.8, 0.2]], [1, 0])
+        >>> round(m.compute(), 4)
+        0.3
+    """
+
+    _fn = "ClasswiseCalibrationErrorMeter"
+
+    def __init__(
+        self, num_classes: int, n_bins: int = 15, norm: str = "l1", *, from_logits: bool = False
+    ) -> None:
+        fn = self._fn
+        num_classes = check_positive_int(num_classes, "num_classes", fn, minimum=2)
+        self.n_bins = check_n_bins(n_bins, fn)
+        if num_classes * (self.n_bins + 1) > MAX_BIN_SLOTS:
             raise ValueError(
-                f"CalibrationErrorMeter.to: `device` must be a torch device (got {device!r}: {exc})"
-            ) from None
-        if self._bins is not None:
-            b = self._bins
-            self._bins = CalibrationBins._unchecked(
-                b.edges.to(device),
-                b.counts.to(device),
-                b.sum_confidence.to(device),
-                b.sum_correct.to(device),
+                f"{fn}: `n_bins` must be <= {MAX_BIN_SLOTS // num_classes - 1} for {num_classes} "
+                f"classes (got {n_bins})"
             )
-        return self
+        self.norm = check_option(norm, "norm", NORMS, fn)
+        super().__init__(num_classes, from_logits)
+
+    def _settings(self) -> dict[str, Any]:
+        return {"num_classes": self.num_classes, "n_bins": self.n_bins, "norm": self.norm}
+
+    def _empty_state(self) -> dict[str, torch.Tensor]:
+        zeros = torch.zeros(self.num_classes, self.n_bins, dtype=_F64)
+        return {"counts": zeros, "sum_p": zeros.clone(), "hits": zeros.clone()}
+
+    def _count(self, state: dict[str, torch.Tensor]) -> float:
+        return float(state["counts"][0].sum())
+
+    def _stats(self, probs: Any, targets: Any) -> dict[str, torch.Tensor]:
+        counts, sum_p, hits = _classwise_stats(*self._batch(probs, targets), self.n_bins, "uniform")
+        return {"counts": counts, "sum_p": sum_p, "hits": hits}
+
+    def _value(self, state: dict[str, torch.Tensor]) -> float:
+        s = state
+        return float(_norm_from_sums(s["counts"], s["sum_p"], s["hits"], self.norm).mean())
+
+    def update(self, probs: Any, targets: Any) -> ClasswiseCalibrationErrorMeter:
+        """Add a batch ``probs [B, K]``, ``targets [B]``; returns ``self``."""
+        return super().update(probs, targets)
+
+
+class _MeanMeter(_ProbsMeter):
+    """State ``{"total": sum over samples, "count": samples}``; value ``total / count``."""
+
+    def _settings(self) -> dict[str, Any]:
+        return {}
+
+    def _empty_state(self) -> dict[str, torch.Tensor]:
+        return {"total": torch.zeros((), dtype=_F64), "count": torch.zeros((), dtype=_F64)}
+
+    def _value(self, state: dict[str, torch.Tensor]) -> float:
+        return float(state["total"] / state["count"])
+
+    def update(self, probs: Any, targets: Any) -> _MeanMeter:
+        """Add a batch ``probs [B, K]``, ``targets [B]``; returns ``self``."""
+        return super().update(probs, targets)
+
+
+class NLLMeter(_MeanMeter):
+    """Streaming :func:`~bensemble.metrics.negative_log_likelihood` (same ``eps`` and
+    ``from_logits`` semantics: logits use the exact log-softmax).
+
+    Example:
+        >>> round(NLLMeter().update([[0.5, 0.5]], [0]).update([[0.9, 0.1]], [0]).compute(), 4)
+        0.3993
+    """
+
+    _fn = "NLLMeter"
+
+    def __init__(
+        self, eps: float = 1e-8, num_classes: int | None = None, *, from_logits: bool = False
+    ) -> None:
+        self.eps = check_positive(eps, "eps", self._fn, allow_zero=True)
+        super().__init__(num_classes, from_logits)
+
+    def _settings(self) -> dict[str, Any]:
+        return {"eps": self.eps}
+
+    def _stats(self, probs: Any, targets: Any) -> dict[str, torch.Tensor]:
+        fn = f"{self._fn}.update"
+        if self.from_logits:
+            z = as_logits(probs, "probs", fn, ndim=2, min_classes=2, warn_on_simplex=True)
+            y = as_labels(targets, "targets", fn, n=z.shape[0], num_classes=z.shape[1])
+            self._check_classes(z, fn)
+            total = _nll_sum(z, y.to(z.device), self.eps, logits=True)
+        else:
+            p, y = self._batch(probs, targets)
+            total = _nll_sum(p, y, self.eps, logits=False)
+        return {"total": total, "count": torch.tensor(float(y.shape[0]), dtype=_F64)}
+
+
+class BrierMeter(_MeanMeter):
+    """Streaming :func:`~bensemble.metrics.brier_score`.
+
+    Example:
+        >>> round(BrierMeter().update([[0.5, 0.5]], [0]).update([[0.9, 0.1]], [0]).compute(), 4)
+        0.26
+    """
+
+    _fn = "BrierMeter"
+
+    def __init__(self, num_classes: int | None = None, *, from_logits: bool = False) -> None:
+        super().__init__(num_classes, from_logits)
+
+    def _stats(self, probs: Any, targets: Any) -> dict[str, torch.Tensor]:
+        p, y = self._batch(probs, targets)
+        n = torch.tensor(float(y.shape[0]), dtype=_F64, device=p.device)
+        return {"total": _brier_sum(p, y), "count": n}
+
+
+class AccuracyMeter(_MeanMeter):
+    """Streaming :func:`~bensemble.metrics.accuracy`.
+
+    Example:
+        >>> AccuracyMeter().update([[0.4, 0.6], [0.9, 0.1]], [1, 0]).compute()
+        1.0
+    """
+
+    _fn = "AccuracyMeter"
+
+    def __init__(self, num_classes: int | None = None, *, from_logits: bool = False) -> None:
+        super().__init__(num_classes, from_logits)
+
+    def _stats(self, probs: Any, targets: Any) -> dict[str, torch.Tensor]:
+        p, y = self._batch(probs, targets)
+        n = torch.tensor(float(y.shape[0]), dtype=_F64, device=p.device)
+        return {"total": _correct_sum(p, y), "count": n}
