@@ -64,6 +64,7 @@ _SUBMODULES = (
     "datasets",
     "diversity",
     "experiments",
+    "integrations",
     "io",
     "layers",
     "losses",

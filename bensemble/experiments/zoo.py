@@ -91,8 +91,10 @@ class ZooSettings:
 
     def __post_init__(self) -> None:
         fn = "ZooSettings"
-        for name in ("epochs", "batch_size", "n_members", "n_samples", "n_trees", "blr_draws"):
+        for name in ("epochs", "n_members", "n_samples", "n_trees", "blr_draws"):
             check_count(getattr(self, name), name, fn)
+        if self.batch_size is not None:  # None: full batch
+            check_count(self.batch_size, "batch_size", fn)
         check_count(self.min_samples_leaf, "min_samples_leaf", fn)
         check_count(self.blr_burn_in, "blr_burn_in", fn, minimum=0)
         if not isinstance(self.hidden, tuple) or not self.hidden:

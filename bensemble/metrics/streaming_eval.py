@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
+from bensemble import _progress
 from bensemble._validation import as_labels, as_member_stack, check_bool, check_positive_int
 from bensemble.metrics._kmeans import DEFAULT_REFINE, DEFAULT_SUBSAMPLE, _fit
 from bensemble.metrics._kmeans_batched import map_classes
@@ -138,8 +138,8 @@ def evaluate_chunked(
     eece = None
     if m > 1:
         eece = EECEMeter(_fit_centroids(source, n, m, k, eece_bins, seed, logits))
-    disable = None if progress is None else not check_bool(progress, "progress", fn)
-    with tqdm(total=n, disable=disable, desc=fn, unit="rows") as bar:
+    enabled = True if progress is None else check_bool(progress, "progress", fn)
+    with _progress.progress(total=n, enabled=enabled, desc=fn, unit="rows") as bar:
         for start in range(0, n, chunk_size):
             raw = torch.from_numpy(
                 np.array(source[:, start : start + chunk_size], dtype=np.float64)

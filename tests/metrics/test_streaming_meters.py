@@ -139,7 +139,7 @@ def _cases():
             lambda i: (bin_p[:, i], bin_y[i]),
             lambda m: m.compute(),
             expected_epistemic_calibration_error(
-                bin_p, bin_y, binning="kmeans_fit", centroids=bin_c
+                bin_p, bin_y, binning="kmeans_fit", centroids=bin_c, binary=True
             ),
             id="eece-binary",
         ),

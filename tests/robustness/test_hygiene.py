@@ -198,6 +198,7 @@ SUBMODULES = {
     "datasets",
     "diversity",
     "experiments",
+    "integrations",
     "io",
     "layers",
     "losses",
