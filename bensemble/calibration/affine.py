@@ -110,6 +110,13 @@ class _AffineScaling(nn.Module):
             optimizer.zero_grad()
             objective().backward()
         gmax = max(float(p.grad.abs().max()) for p in params)
+        if not all(bool(torch.isfinite(p).all()) for p in params):
+            # the stored map stays as it was: a diverged fit never becomes a NaN scaler
+            raise ValueError(
+                f"{fn}: `logits` must allow a finite fit (the L-BFGS iterates became "
+                f"non-finite; the largest |logit| is {float(z.abs().max()):.4g}); rescale the "
+                "logits or check them for overflow upstream"
+            )
         with torch.no_grad():
             for own, fitted in zip(self.parameters(), params):
                 own.copy_(fitted)

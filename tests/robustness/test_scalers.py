@@ -292,3 +292,17 @@ def test_logits_in_the_unit_interval_that_are_not_on_the_simplex_do_not_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         TemperatureScaling().fit(logits.sigmoid(), labels)  # in [0, 1], rows do not sum to 1
+
+
+@pytest.mark.parametrize("cls", [VectorScaling, MatrixScaling])
+def test_affine_fit_that_diverges_is_refused_and_leaves_the_scaler_unchanged(cls):
+    """Logits near float32's maximum drive L-BFGS to NaN: the fit must say so, not store NaN."""
+    scaler = cls(2)
+    before = {k: v.clone() for k, v in scaler.state_dict().items()}
+    logits = torch.tensor([[8.507e37, 8.507e37], [0.0, 8.507e37]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match=r"\.fit: `logits` must allow a finite fit"):
+            scaler.fit(logits, torch.tensor([1, 0]))
+    for key, value in scaler.state_dict().items():
+        assert torch.equal(value, before[key])
