@@ -29,7 +29,14 @@ import numpy as np
 import torch
 
 from bensemble import _progress
-from bensemble._validation import as_labels, as_member_stack, check_bool, check_positive_int
+from bensemble._validation import (
+    as_labels,
+    as_member_stack,
+    check_bool,
+    check_n_bins,
+    check_positive_int,
+)
+from bensemble.metrics._epistemic_checks import auto_n_bins
 from bensemble.metrics._kmeans import DEFAULT_REFINE, DEFAULT_SUBSAMPLE, _fit
 from bensemble.metrics._kmeans_batched import map_classes
 from bensemble.metrics.streaming import (
@@ -93,7 +100,7 @@ def evaluate_chunked(
     labels: Any,
     *,
     n_bins: int = 15,
-    eece_bins: int = 100,
+    eece_bins: int | str = "auto",
     seed: int = 0,
     chunk_size: int = 65_536,
     from_logits: bool = False,
@@ -106,7 +113,9 @@ def evaluate_chunked(
             ``.npy`` file - of probabilities, or logits with ``from_logits=True``.
         labels: ``[N]`` integer labels (held in memory).
         n_bins: bins of the ECE and classwise ECE.
-        eece_bins: K-means bins of the EECE (``M > 1``).
+        eece_bins: K-means bins of the EECE (``M > 1``): ``"auto"`` (the default of
+            ``bensemble evaluate``, :func:`~bensemble.metrics.epistemic.auto_n_bins` of ``N``) or
+            an integer.
         seed: the EECE's K-means seed (as ``evaluate_predictions``' ``seed``).
         chunk_size: samples per chunk.
         from_logits: the array holds logits (softmax per chunk, in float64).
@@ -137,7 +146,8 @@ def evaluate_chunked(
     uncertainty = UncertaintyMeter() if m > 1 else None
     eece = None
     if m > 1:
-        eece = EECEMeter(_fit_centroids(source, n, m, k, eece_bins, seed, logits))
+        bins = auto_n_bins(n) if eece_bins == "auto" else check_n_bins(eece_bins, fn, "eece_bins")
+        eece = EECEMeter(_fit_centroids(source, n, m, k, bins, seed, logits))
     enabled = True if progress is None else check_bool(progress, "progress", fn)
     with _progress.progress(total=n, enabled=enabled, desc=fn, unit="rows") as bar:
         for start in range(0, n, chunk_size):

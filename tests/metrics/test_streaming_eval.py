@@ -67,3 +67,12 @@ def test_bad_arguments(tmp_path):
         evaluate_chunked(np.full((2, 2), 0.5), [0, 1], chunk_size=0)
     with pytest.raises(ValueError, match="open_memmap: `path` must be a readable .npy file"):
         open_memmap(tmp_path / "missing.npy")
+
+
+def test_default_eece_bins_match_bensemble_evaluate(tmp_path):
+    """Both paths default to n_bins="auto", so their default EECE is the same number."""
+    z, y = _members(3)
+    probs = torch.softmax(z, -1)
+    got = evaluate_chunked(probs.numpy(), y, chunk_size=97, seed=3, progress=False)
+    expected = _in_memory(probs, y, seed=3)
+    assert got["eece"] == pytest.approx(expected["eece"], rel=1e-9, abs=1e-12)
