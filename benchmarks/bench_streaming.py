@@ -58,7 +58,7 @@ def _peak_rss() -> int:
 
 def _probe_rss(mode: str, path: str, labels: str) -> None:
     """(subprocess) evaluate the file one way; print peak RSS (bytes) and seconds as JSON."""
-    from bensemble.experiments.evaluate import evaluate_predictions
+    from bensemble.app.evaluate import evaluate_predictions
     from bensemble.metrics.streaming_eval import evaluate_chunked, open_memmap
 
     base = _peak_rss()  # after the imports
@@ -189,7 +189,7 @@ def bench_ddp(sizes: list[int]) -> tuple[list[_harness.Result], list[str]]:
 
 def bench_evaluate(n: int) -> tuple[list[_harness.Result], list[str]]:
     import bensemble.metrics.epistemic as ep
-    from bensemble.experiments.evaluate import evaluate_predictions
+    from bensemble.app.evaluate import evaluate_predictions
 
     g = torch.Generator().manual_seed(0)
     z = 2 * torch.randn(5, n, 10, generator=g, dtype=torch.float64)

@@ -47,11 +47,11 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"bensemble {bensemble.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    from bensemble.experiments.demo import add_demo_parser
+    from bensemble.app.demo import add_demo_parser
 
     add_demo_parser(sub)
 
-    from bensemble.experiments.evaluate import add_evaluate_parser
+    from bensemble.app.evaluate import add_evaluate_parser
 
     add_evaluate_parser(sub)
 
@@ -86,11 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "demo":
-        from bensemble.experiments.demo import run_demo_command
+        from bensemble.app.demo import run_demo_command
 
         return run_demo_command(args)
     if args.command == "evaluate":
-        from bensemble.experiments.evaluate import run_evaluate
+        from bensemble.app.evaluate import run_evaluate
 
         return run_evaluate(args)
     from bensemble.experiments.reproduce import run_reproduce

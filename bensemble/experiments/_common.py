@@ -3,7 +3,7 @@
 Every experiment is a function ``run(options) -> ExperimentResult`` that trains producers through
 the public API (:mod:`bensemble.experiments.zoo`, :mod:`bensemble.methods`), scores them with
 :mod:`bensemble.metrics`, prints its table(s) with the paper's value beside ours and writes them
-with :class:`~bensemble.experiments.report.Report`. This module holds what they share:
+with :class:`~bensemble.app.report.Report`. This module holds what they share:
 
 * :class:`RunOptions` / :class:`ExperimentResult` - what comes in and what goes out;
 * :func:`repeat_seeds`, :func:`mean_sd`, :func:`aggregate` - repeats and their mean +- sd;
@@ -37,10 +37,10 @@ from bensemble._validation import (
     as_labels,
     check_positive_int,
 )
-from bensemble.experiments._folder import check_out_text
-from bensemble.experiments._options import check_count, check_seed
+from bensemble.app._folder import check_out_text
+from bensemble.app._options import check_count, check_seed
+from bensemble.app.report import Report, environment, format_table, format_value
 from bensemble.experiments._plotting import bar_figure, line_figure
-from bensemble.experiments.report import Report, environment, format_table, format_value
 from bensemble.experiments.zoo import ZooSettings, member_probs
 from bensemble.methods import EvidentialKNN
 from bensemble.metrics import (
@@ -415,7 +415,7 @@ def finish(
     """Write ``elapsed.txt`` and ``summary.json``, swap the report folder in, build the result.
 
     ``summary.json`` holds the experiment, its options (when given), the elapsed time, the
-    versions (:func:`~bensemble.experiments.report.environment`) and the list of files.
+    versions (:func:`~bensemble.app.report.environment`) and the list of files.
     """
     elapsed = watch.elapsed
     report.add_text("elapsed.txt", f"{elapsed:.1f}\n")

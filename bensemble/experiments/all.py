@@ -29,8 +29,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from bensemble.app.report import atomic_write_text, markdown_table
 from bensemble.experiments._common import ExperimentResult, Printer, RunOptions, Stopwatch
-from bensemble.experiments.report import atomic_write_text, markdown_table
 from bensemble.experiments.reproduce import DataUnavailableError, runner
 
 __all__ = ["ABS_TOL", "RANK_RHO", "REL_TOL", "OFFLINE", "run", "verdict", "verdict_rows"]

@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from bensemble._validation import check_positive_int
+from bensemble.app._options import check_count, check_seed
 from bensemble.experiments._common import progress_bar
-from bensemble.experiments._options import check_count, check_seed
 
 __all__ = ["AE_BATCH", "ConvAutoEncoder", "encode", "train_autoencoder"]
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from bensemble.app._options import check_seed
 from bensemble.experiments._common import (
     EECE_BACKEND,
     EECE_BINS,
@@ -38,7 +39,6 @@ from bensemble.experiments._common import (
     single_thread,
     zoo_settings,
 )
-from bensemble.experiments._options import check_seed
 from bensemble.experiments.autoencoder import encode, train_autoencoder
 from bensemble.experiments.likelihood_variants import (
     likelihood_variant_records,

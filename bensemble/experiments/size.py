@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from bensemble.app._options import check_count, check_seed
 from bensemble.datasets import make_toy_gaussians
 from bensemble.experiments._common import (
     EECE_BACKEND,
@@ -35,7 +36,6 @@ from bensemble.experiments._common import (
     repeat_seeds,
     single_thread,
 )
-from bensemble.experiments._options import check_count, check_seed
 from bensemble.methods import RandomForestMembers
 
 __all__ = [

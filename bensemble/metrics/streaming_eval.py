@@ -4,7 +4,7 @@
 model) from a ``.npy`` file opened with ``np.load(mmap_mode="r")`` - or any array supporting
 slicing - ``chunk_size`` samples at a time, feeds the streaming meters of
 :mod:`bensemble.metrics.streaming`, and returns the numbers of
-:func:`bensemble.experiments.evaluate.evaluate_predictions` without a calibration split
+:func:`bensemble.app.evaluate.evaluate_predictions` without a calibration split
 (accuracy, NLL, Brier, ECE and classwise ECE of the ensemble mean; for ``M > 1`` the mean
 uncertainty decomposition and the EECE), up to float64 summation order. Memory is
 ``O(chunk_size * M * K)`` plus the labels.

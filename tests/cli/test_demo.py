@@ -21,9 +21,7 @@ import pytest
 import torch
 from scipy.optimize import minimize_scalar
 
-from bensemble.cli import main
-from bensemble.conformal import split_calibration
-from bensemble.experiments.demo import (
+from bensemble.app.demo import (
     ALPHA,
     ECE_BINS,
     DemoConfig,
@@ -31,6 +29,8 @@ from bensemble.experiments.demo import (
     _evaluate_method,
     run_demo,
 )
+from bensemble.cli import main
+from bensemble.conformal import split_calibration
 from bensemble.metrics import expected_epistemic_calibration_error
 
 TABLES = ("toy", "digits")

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
+from bensemble.app.evaluate import evaluate_predictions, planned_files, split_indices
 from bensemble.cli import main
-from bensemble.experiments.evaluate import evaluate_predictions, planned_files, split_indices
 from bensemble.io import InputError, load_array, load_labels, load_predictions
 
 M, N, K = 5, 400, 4

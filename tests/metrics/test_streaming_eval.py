@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from bensemble.experiments.evaluate import evaluate_predictions
+from bensemble.app.evaluate import evaluate_predictions
 from bensemble.metrics.streaming_eval import evaluate_chunked, open_memmap
 
 

@@ -51,7 +51,7 @@ def _one_error_line(err: str, prog: str) -> str:
 @pytest.fixture
 def no_training(monkeypatch):
     """Fail the test if any experiment or the demo starts training."""
-    import bensemble.experiments.demo as demo
+    import bensemble.app.demo as demo
     import bensemble.experiments.reproduce as reproduce
 
     def refuse(*args, **kwargs):
@@ -122,14 +122,14 @@ def test_class3_repeat_seeds_refuses_bad_seeds(seed):
 
 @pytest.mark.parametrize("seed", [1.7, -1, True], ids=["float", "negative", "bool"])
 def test_class3_split_indices_refuses_bad_seeds(seed):
-    from bensemble.experiments.evaluate import split_indices
+    from bensemble.app.evaluate import split_indices
 
     with pytest.raises(ValueError, match="`seed`"):
         split_indices(100, 0.5, seed=seed)
 
 
 def test_class3_evaluate_predictions_accepts_a_numpy_integer_seed():
-    from bensemble.experiments.evaluate import evaluate_predictions
+    from bensemble.app.evaluate import evaluate_predictions
 
     probs = torch.softmax(torch.randn(2, 50, 3, generator=torch.Generator().manual_seed(0)), -1)
     labels = torch.arange(50) % 3
@@ -140,7 +140,7 @@ def test_class3_evaluate_predictions_accepts_a_numpy_integer_seed():
 
 @pytest.mark.parametrize("seed", [1.7, -1, True], ids=["float", "negative", "bool"])
 def test_class3_run_demo_refuses_bad_seeds_before_training(tmp_path, seed, no_training):
-    from bensemble.experiments.demo import run_demo
+    from bensemble.app.demo import run_demo
 
     with pytest.raises(ValueError, match="`seed`"):
         run_demo(seed=seed, out=tmp_path / "r", progress=False)
@@ -152,7 +152,7 @@ def test_class3_run_demo_refuses_bad_seeds_before_training(tmp_path, seed, no_tr
     ids=["train-0", "test-float", "grid-bool", "calibration-negative"],
 )
 def test_class3_demo_config_sizes_are_validated(field, value):
-    from bensemble.experiments.demo import DemoConfig
+    from bensemble.app.demo import DemoConfig
 
     with pytest.raises(ValueError, match=f"`{field}`"):
         DemoConfig(**{field: value})
@@ -362,7 +362,7 @@ def test_class5_folder_holding_other_files_is_never_replaced(tmp_path, capsys, o
 
 
 def test_class5_interleaved_runs_into_one_folder_never_mix(tmp_path):
-    from bensemble.experiments.report import Report
+    from bensemble.app.report import Report
 
     out = tmp_path / "r"
     first = Report(out, staged=True, overwrite=True)
@@ -379,7 +379,7 @@ def test_class5_interleaved_runs_into_one_folder_never_mix(tmp_path):
 
 
 def test_class5_failed_run_leaves_no_staging_folder(tmp_path):
-    from bensemble.experiments.report import Report
+    from bensemble.app.report import Report
 
     with pytest.raises(RuntimeError), Report(tmp_path / "r", staged=True) as report:
         report.add_text("a.txt", "x\n")
@@ -465,7 +465,7 @@ def test_class5_reproduce_out_that_is_a_file_is_refused_before_training(
 def test_class5_concurrent_commits_leave_exactly_one_runs_files(tmp_path):
     import threading
 
-    from bensemble.experiments.report import Report
+    from bensemble.app.report import Report
 
     out, runs = tmp_path / "r", 6
     barrier = threading.Barrier(runs)

@@ -416,8 +416,8 @@ def test_same_data_same_answer_in_every_container(form):
 
 
 def test_evaluate_reports_auto_bins_fitted_bins_and_the_seed_spread(tmp_path, capsys):
+    from bensemble.app.evaluate import evaluate_predictions
     from bensemble.cli import main
-    from bensemble.experiments.evaluate import evaluate_predictions
 
     p, y = _class_members(4, 900, 3, seed=23)
     ev = evaluate_predictions(p, y, seed=0)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from bensemble.experiments.evaluate import evaluate_predictions
+from bensemble.app.evaluate import evaluate_predictions
 from bensemble.io import InputError, load_array, load_labels, load_predictions
 
 N, K, M = 60, 3, 2

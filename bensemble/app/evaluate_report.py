@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from bensemble.experiments.report import Report, environment
+from bensemble.app.report import Report, environment
 
 if TYPE_CHECKING:
-    from bensemble.experiments.evaluate import Evaluation
+    from bensemble.app.evaluate import Evaluation
 
 __all__ = ["planned_files", "write_evaluation"]
 
@@ -87,10 +87,10 @@ def write_evaluation(
     The files are staged beside ``out_dir`` and swapped in at the end, so ``out_dir`` holds
     exactly this run's files; an earlier report there is replaced only with ``overwrite``, and a
     folder holding anything else is refused (``ValueError``). ``summary.json`` records the
-    versions (:func:`~bensemble.experiments.report.environment`).
+    versions (:func:`~bensemble.app.report.environment`).
 
     Returns:
-        The :class:`~bensemble.experiments.report.Report`; ``report.files`` lists what was
+        The :class:`~bensemble.app.report.Report`; ``report.files`` lists what was
         written and ``report.problems`` the figures left out.
     """
     report = Report(out_dir, staged=True, overwrite=overwrite)

@@ -48,23 +48,23 @@ import torch
 from tqdm.auto import tqdm
 
 from bensemble import _progress
-from bensemble.experiments._folder import check_out_text, check_report_folder
-from bensemble.experiments._options import check_count, check_seed
-from bensemble.experiments.demo_figures import (
+from bensemble.app._folder import check_out_text, check_report_folder
+from bensemble.app._options import check_count, check_seed
+from bensemble.app.demo_figures import (
     FIGURE_METHODS,
     epistemic_figure,
     figure_runs,
     maps_figure,
     reliability_figure,
 )
-from bensemble.experiments.demo_protocol import (
+from bensemble.app.demo_protocol import (
     ALPHA,
     ECE_BINS,
     _eece_bins,
     _evaluate_method,
     _MethodRun,
 )
-from bensemble.experiments.report import Report, environment, format_table
+from bensemble.app.report import Report, environment, format_table
 
 if TYPE_CHECKING:
     from bensemble.experiments.zoo import ZooSettings

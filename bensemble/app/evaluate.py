@@ -40,10 +40,10 @@ from typing import Any
 import torch
 
 from bensemble import _validation as V
-from bensemble.experiments._folder import check_out_text, check_report_folder
-from bensemble.experiments._options import check_seed
-from bensemble.experiments.evaluate_report import planned_files, write_evaluation
-from bensemble.experiments.report import format_table, to_json
+from bensemble.app._folder import check_out_text, check_report_folder
+from bensemble.app._options import check_seed
+from bensemble.app.evaluate_report import planned_files, write_evaluation
+from bensemble.app.report import format_table, to_json
 from bensemble.io import InputError, load_labels, load_predictions, renormalised, split_key
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""The protocol ``bensemble demo`` applies to every method (see :mod:`bensemble.experiments.demo`).
+"""The protocol ``bensemble demo`` applies to every method (see :mod:`bensemble.app.demo`).
 
 :func:`_evaluate_method` cuts the calibration set in two halves (temperature / conformal), fits
 temperature scaling on the pooled prediction, calibrates split-conformal LAC sets, and scores the

@@ -1,6 +1,6 @@
 """Figures of ``bensemble demo``: reliability and epistemic reliability diagrams, EU maps.
 
-Each function takes the per-method runs of :mod:`bensemble.experiments.demo` and returns a
+Each function takes the per-method runs of :mod:`bensemble.app.demo` and returns a
 matplotlib Figure (matplotlib is imported inside the functions only).
 """
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from bensemble.experiments.demo_protocol import ECE_BINS
+from bensemble.app.demo_protocol import ECE_BINS
 
 __all__ = ["epistemic_figure", "figure_runs", "maps_figure", "reliability_figure"]
 

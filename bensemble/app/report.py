@@ -8,12 +8,12 @@ first file is written, so a run that fails before writing leaves nothing on disk
 
 The command-line reports use ``Report(out, staged=True)``: files go to a staging folder beside
 ``out`` and :meth:`Report.commit` swaps the finished folder in, so a report folder always holds
-exactly one run's files (:mod:`bensemble.experiments._folder`). Their ``summary.json`` records
+exactly one run's files (:mod:`bensemble.app._folder`). Their ``summary.json`` records
 :func:`environment` (package, torch and numpy versions, Python and the platform).
 
 Example:
     >>> import tempfile
-    >>> from bensemble.experiments.report import Report, format_table
+    >>> from bensemble.app.report import Report, format_table
     >>> rows = [{"method": "ensemble", "accuracy": 0.91234, "n": 400}]
     >>> print(format_table(rows))
     method    accuracy    n
@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from bensemble.experiments._folder import (
+from bensemble.app._folder import (
     check_report_folder,
     commit_folder,
     discard_stage,

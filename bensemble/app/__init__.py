@@ -1,0 +1,12 @@
+"""The command-line applications: ``bensemble demo``, ``bensemble evaluate`` and their reports.
+
+* :mod:`bensemble.app.demo` - the paper's methods on embedded data (``make demo``);
+* :mod:`bensemble.app.evaluate` - metrics, uncertainty, temperature scaling and conformal sets
+  for a user's saved predictions;
+* :mod:`bensemble.app.report` - the report writer (tables as Markdown/CSV/JSON, figures);
+* :mod:`bensemble.app._folder` / :mod:`bensemble.app._options` - report folders and option checks.
+
+The paper's reproductions live in :mod:`bensemble.experiments`.
+"""
+
+__all__: list[str] = []
