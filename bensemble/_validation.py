@@ -29,14 +29,24 @@ Conventions
 
 from __future__ import annotations
 
-import os
-import sys
-import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
+
+from bensemble._scalar_checks import (
+    MAX_BIN_SLOTS,
+    MAX_N_BINS,
+    check_bool,
+    check_generator,
+    check_n_bins,
+    check_option,
+    check_positive,
+    check_positive_int,
+    check_probability,
+    warn_user,
+)
 
 __all__ = [
     "SUM_TOLERANCE",
@@ -68,36 +78,6 @@ __all__ = [
 #: Maximum allowed ``|sum_k p_k - 1|`` for a probability row (float32/float64 inputs).
 SUM_TOLERANCE = 1e-4
 _HALF_SUM_TOLERANCE = 1e-2
-
-#: Largest ``n_bins`` any binned metric accepts (2**20 = 1,048,576). Equal-width bins of width
-#: ``1e-6`` already resolve every float32 confidence step that matters; beyond it a request is a
-#: typo (``2**40`` would need terabytes of per-bin sums), refused before anything is allocated.
-MAX_N_BINS = 2**20
-
-#: Largest number of per-bin slots one accumulation may allocate (``K * (n_bins + 1)`` for the
-#: classwise calibration error): 2**24 slots, three float64 sums of 128 MiB each.
-MAX_BIN_SLOTS = 2**24
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
-    """``warnings.warn`` attributed to the first caller outside the bensemble package."""
-    level = 2  # stacklevel 2 is warn_user's caller, the frame we start from
-    frame = sys._getframe(1)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(
-        _PACKAGE_DIR + os.sep
-    ):
-        frame = frame.f_back
-        level += 1
-    warnings.warn(message, category, stacklevel=level)
-
-
-def check_bool(value: Any, name: str, fn: str) -> bool:
-    """A ``bool`` (or numpy bool); any other value (``"no"``, ``1``, ``None``) is refused."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{fn}: `{name}` must be True or False (got {value!r})")
-    return bool(value)
 
 
 def output_dtype(value: Any) -> torch.dtype:
@@ -350,245 +330,14 @@ def as_probs(
     return t
 
 
-def as_member_probs(
-    value: Any,
-    name: str = "member_probs",
-    fn: str = "bensemble",
-    *,
-    from_logits: bool = False,
-    dtype: torch.dtype | None = torch.float64,
-    source_dtype: torch.dtype | None = None,
-) -> torch.Tensor:
-    """Member probabilities ``[M, N, K]``."""
-    return as_probs(
-        value,
-        name,
-        fn,
-        from_logits=from_logits,
-        ndim=3,
-        dtype=dtype,
-        source_dtype=source_dtype,
-    )
-
-
-def as_member_stack(
-    value: Any,
-    name: str = "member_probs",
-    fn: str = "bensemble",
-    *,
-    binary: bool = False,
-    from_logits: bool = False,
-    dtype: torch.dtype | None = torch.float64,
-    source_dtype: torch.dtype | None = None,
-) -> torch.Tensor:
-    """Member predictions under the library's one shape rule; never guesses from a 2-D shape.
-
-    * ``binary=False`` (default): ``value`` must be ``[M, N, K]`` member probabilities (logits
-      with ``from_logits=True``, softmax over ``K``); returned as ``[M, N, K]``. A 2-D array is
-      an error whose message explains the two things it could have been: a single model's
-      ``[N, K]`` probabilities (not member predictions; add a member axis, ``probs[None]``) or
-      binary positive-class members ``[M, N]`` (pass ``binary=True``).
-    * ``binary=True``: ``value`` must be ``[M, N]``, the probability of the positive class per
-      member (logits with ``from_logits=True``, sigmoid); returned as ``[M, N]`` in ``[0, 1]``.
-      A 3-D array is an error.
-
-    Tensors, numpy arrays and nested lists holding the same data give the same tensor.
-    """
-    binary = check_bool(binary, "binary", fn)
-    from_logits = check_bool(from_logits, "from_logits", fn)
-    t = to_tensor(value, name, fn)
-    shape = tuple(t.shape)
-    if binary:
-        if t.ndim != 2:
-            raise ValueError(
-                f"{fn}: `{name}` must be 2-D [M, N] positive-class probabilities per member "
-                f"with binary=True (got shape {shape}); pass [M, N, K] member predictions "
-                "without binary=True"
-            )
-        original_dtype = t.dtype if t.is_floating_point() else torch.float64
-        p = as_float_tensor(t, name, fn, ndim=2, dtype=dtype)
-        if from_logits:
-            _warn_if_probabilities(p, name, fn, original_dtype, binary=True)
-            return torch.sigmoid(p)
-        lo, hi = (float(v) for v in torch.aminmax(p))
-        if lo < 0.0 or hi > 1.0:
-            raise ValueError(
-                f"{fn}: `{name}` must hold probabilities in [0, 1] (got values in "
-                f"[{lo:.4g}, {hi:.4g}]); if these are logits pass from_logits=True"
-            )
-        return p
-    if t.ndim == 2:
-        raise ValueError(
-            f"{fn}: `{name}` must be member predictions [M, N, K] (got shape {shape}); a single "
-            "model's [N, K] probabilities are not member predictions - add a member axis "
-            "(probs[None]) - and binary positive-class members [M, N] need binary=True"
-        )
-    if t.ndim != 3:
-        raise ValueError(
-            f"{fn}: `{name}` must be member predictions [M, N, K] (or [M, N] with binary=True) "
-            f"(got shape {shape})"
-        )
-    return as_probs(
-        t, name, fn, from_logits=from_logits, ndim=3, dtype=dtype, source_dtype=source_dtype
-    )
-
-
-def as_binary_member_probs(
-    value: Any, name: str = "member_probs", fn: str = "bensemble"
-) -> torch.Tensor:
-    """Member probabilities of the positive class ``[H, N]`` in ``[0, 1]`` (float64)."""
-    t = as_float_tensor(value, name, fn, ndim=2)
-    lo, hi = float(t.min()), float(t.max())
-    if lo < 0.0 or hi > 1.0:
-        raise ValueError(
-            f"{fn}: `{name}` must hold probabilities in [0, 1] (got values in [{lo:.4g}, {hi:.4g}])"
-        )
-    return t
-
-
-def as_labels(
-    value: Any,
-    name: str = "labels",
-    fn: str = "bensemble",
-    *,
-    n: int | None = None,
-    num_classes: int | None = None,
-    device: torch.device | None = None,
-) -> torch.Tensor:
-    """Integer class labels ``[N]`` as int64, optionally checked against ``N`` and ``K``."""
-    t = to_tensor(value, name, fn)
-    if t.is_floating_point() or t.is_complex():
-        raise ValueError(
-            f"{fn}: `{name}` must have an integer dtype (got {t.dtype}); "
-            "cast class indices with .long() / .astype(int)"
-        )
-    if t.ndim != 1:
-        raise ValueError(f"{fn}: `{name}` must be 1-D [N] (got shape {tuple(t.shape)})")
-    if t.numel() == 0:
-        raise ValueError(f"{fn}: `{name}` must not be empty")
-    if n is not None and t.shape[0] != n:
-        raise ValueError(
-            f"{fn}: `{name}` must have the same length as the predictions ({n}) (got {t.shape[0]})"
-        )
-    t = t.to(torch.int64)
-    if num_classes is not None:
-        lo, hi = (int(v) for v in torch.aminmax(t))  # one pass
-        if lo < 0 or hi >= num_classes:
-            raise ValueError(
-                f"{fn}: `{name}` must lie in [0, {num_classes - 1}] (got values in [{lo}, {hi}])"
-            )
-    if device is not None:
-        t = t.to(device)
-    return t
-
-
-def as_binary(
-    value: Any, name: str, fn: str, *, n: int | None = None, dtype=torch.float64
-) -> torch.Tensor:
-    """A 1-D 0/1 vector (bool, int or float holding only 0 and 1), returned as ``dtype``."""
-    t = to_tensor(value, name, fn)
-    if t.ndim != 1:
-        raise ValueError(f"{fn}: `{name}` must be 1-D [N] (got shape {tuple(t.shape)})")
-    if t.numel() == 0:
-        raise ValueError(f"{fn}: `{name}` must not be empty")
-    if n is not None and t.shape[0] != n:
-        raise ValueError(f"{fn}: `{name}` must have length {n} (got {t.shape[0]})")
-    if t.is_floating_point():
-        check_finite(t, name, fn)
-    if not bool(((t == 0) | (t == 1)).all()):
-        raise ValueError(f"{fn}: `{name}` must contain only 0 and 1 (got other values)")
-    return t.to(dtype)
-
-
-def as_confidences(value: Any, name: str, fn: str) -> torch.Tensor:
-    """A 1-D float64 vector in ``[0, 1]``."""
-    t = as_float_tensor(value, name, fn, ndim=1)
-    lo, hi = float(t.min()), float(t.max())
-    if lo < 0.0 or hi > 1.0:
-        raise ValueError(f"{fn}: `{name}` must lie in [0, 1] (got values in [{lo:.4g}, {hi:.4g}])")
-    return t
-
-
-def check_same_length(fn: str, **arrays: torch.Tensor) -> int:
-    """All arrays share their first dimension; returns it."""
-    lengths = {k: int(v.shape[0]) for k, v in arrays.items()}
-    if len(set(lengths.values())) > 1:
-        parts = ", ".join(f"`{k}` has {v}" for k, v in lengths.items())
-        raise ValueError(f"{fn}: inputs must have the same number of samples ({parts})")
-    return next(iter(lengths.values()))
-
-
-def check_positive_int(value: Any, name: str, fn: str, *, minimum: int = 1) -> int:
-    """An ``int`` (not bool) ``>= minimum``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{fn}: `{name}` must be an integer >= {minimum} (got {value!r})")
-    return int(value)
-
-
-def check_n_bins(n_bins: Any, fn: str, name: str = "n_bins", *, maximum: int = MAX_N_BINS) -> int:
-    """``n_bins`` is an integer in ``[1, maximum]`` (:data:`MAX_N_BINS` by default)."""
-    n = check_positive_int(n_bins, name, fn, minimum=1)
-    if n > maximum:
-        raise ValueError(
-            f"{fn}: `{name}` must be an integer >= 1 and <= {maximum} (got {n_bins!r})"
-        )
-    return n
-
-
-def check_positive(value: Any, name: str, fn: str, *, allow_zero: bool = False) -> float:
-    """A finite real number ``> 0`` (or ``>= 0``)."""
-    ok = isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
-    if ok:
-        v = float(value)
-        ok = np.isfinite(v) and (v >= 0 if allow_zero else v > 0)
-    if not ok:
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{fn}: `{name}` must be a finite number {bound} (got {value!r})")
-    return float(value)
-
-
-def check_probability(value: Any, name: str, fn: str, *, open_interval: bool = True) -> float:
-    """A number in ``(0, 1)`` (or ``[0, 1]``)."""
-    ok = isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
-    v = float(value) if ok else float("nan")
-    inside = (0.0 < v < 1.0) if open_interval else (0.0 <= v <= 1.0)
-    if not ok or not inside:
-        interval = "(0, 1)" if open_interval else "[0, 1]"
-        raise ValueError(f"{fn}: `{name}` must lie in {interval} (got {value!r})")
-    return v
-
-
-def check_option(value: Any, name: str, options: Iterable[str], fn: str) -> str:
-    """A string option from a fixed set; the error lists the valid values."""
-    options = tuple(options)
-    if value not in options:
-        valid = ", ".join(repr(o) for o in options)
-        raise ValueError(f"{fn}: `{name}` must be one of {valid} (got {value!r})")
-    return value
-
-
-def check_generator(
-    generator: Any, seed: Any, fn: str, *, name: str = "generator"
-) -> torch.Generator | None:
-    """A ``torch.Generator`` from ``generator`` or ``seed`` (at most one of them), else ``None``.
-
-    ``seed`` (a non-negative int) gives a fresh CPU generator seeded with it; ``None`` for both
-    means "use torch's global random state".
-    """
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise ValueError(
-            f"{fn}: `{name}` must be a torch.Generator or None (got {type(generator).__name__})"
-        )
-    if seed is not None:
-        if (
-            isinstance(seed, bool)
-            or not isinstance(seed, (int, np.integer))
-            or not 0 <= seed < 2**64
-        ):
-            raise ValueError(
-                f"{fn}: `seed` must be an integer in [0, 2**64) or None (got {seed!r})"
-            )
-        if generator is not None:
-            raise ValueError(f"{fn}: pass either `{name}` or `seed`, not both (got both)")
-        return torch.Generator().manual_seed(int(seed))
-    return generator
+# Member stacks, labels and lengths live in their own module (imported last: it uses the
+# checkers above).
+from bensemble._validation_members import (  # noqa: E402
+    as_binary,
+    as_binary_member_probs,
+    as_confidences,
+    as_labels,
+    as_member_probs,
+    as_member_stack,
+    check_same_length,
+)

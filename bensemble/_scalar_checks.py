@@ -1,0 +1,136 @@
+"""Checks of scalar arguments (counts, bin numbers, probabilities, options, seeds, flags).
+
+Each checker returns the converted value or raises :class:`ValueError` with the library's one
+message shape ``"<function>: `<argument>` must <expectation> (got <what came>)"``. Array checks
+live in :mod:`bensemble._validation`, which re-exports everything here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = [
+    "MAX_BIN_SLOTS",
+    "MAX_N_BINS",
+    "check_bool",
+    "check_generator",
+    "check_n_bins",
+    "check_option",
+    "check_positive",
+    "check_positive_int",
+    "check_probability",
+    "warn_user",
+]
+
+#: Largest ``n_bins`` any binned metric accepts (2**20 = 1,048,576). Equal-width bins of width
+#: ``1e-6`` already resolve every float32 confidence step that matters; beyond it a request is a
+#: typo (``2**40`` would need terabytes of per-bin sums), refused before anything is allocated.
+MAX_N_BINS = 2**20
+
+#: Largest number of per-bin slots one accumulation may allocate (``K * (n_bins + 1)`` for the
+#: classwise calibration error): 2**24 slots, three float64 sums of 128 MiB each.
+MAX_BIN_SLOTS = 2**24
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn`` attributed to the first caller outside the bensemble package."""
+    level = 2  # stacklevel 2 is warn_user's caller, the frame we start from
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+        _PACKAGE_DIR + os.sep
+    ):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, category, stacklevel=level)
+
+
+def check_bool(value: Any, name: str, fn: str) -> bool:
+    """A ``bool`` (or numpy bool); any other value (``"no"``, ``1``, ``None``) is refused."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{fn}: `{name}` must be True or False (got {value!r})")
+    return bool(value)
+
+
+def check_positive_int(value: Any, name: str, fn: str, *, minimum: int = 1) -> int:
+    """An ``int`` (not bool) ``>= minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{fn}: `{name}` must be an integer >= {minimum} (got {value!r})")
+    return int(value)
+
+
+def check_n_bins(n_bins: Any, fn: str, name: str = "n_bins", *, maximum: int = MAX_N_BINS) -> int:
+    """``n_bins`` is an integer in ``[1, maximum]`` (:data:`MAX_N_BINS` by default)."""
+    n = check_positive_int(n_bins, name, fn, minimum=1)
+    if n > maximum:
+        raise ValueError(
+            f"{fn}: `{name}` must be an integer >= 1 and <= {maximum} (got {n_bins!r})"
+        )
+    return n
+
+
+def check_positive(value: Any, name: str, fn: str, *, allow_zero: bool = False) -> float:
+    """A finite real number ``> 0`` (or ``>= 0``)."""
+    ok = isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
+    if ok:
+        v = float(value)
+        ok = np.isfinite(v) and (v >= 0 if allow_zero else v > 0)
+    if not ok:
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{fn}: `{name}` must be a finite number {bound} (got {value!r})")
+    return float(value)
+
+
+def check_probability(value: Any, name: str, fn: str, *, open_interval: bool = True) -> float:
+    """A number in ``(0, 1)`` (or ``[0, 1]``)."""
+    ok = isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
+    v = float(value) if ok else float("nan")
+    inside = (0.0 < v < 1.0) if open_interval else (0.0 <= v <= 1.0)
+    if not ok or not inside:
+        interval = "(0, 1)" if open_interval else "[0, 1]"
+        raise ValueError(f"{fn}: `{name}` must lie in {interval} (got {value!r})")
+    return v
+
+
+def check_option(value: Any, name: str, options: Iterable[str], fn: str) -> str:
+    """A string option from a fixed set; the error lists the valid values."""
+    options = tuple(options)
+    if value not in options:
+        valid = ", ".join(repr(o) for o in options)
+        raise ValueError(f"{fn}: `{name}` must be one of {valid} (got {value!r})")
+    return value
+
+
+def check_generator(
+    generator: Any, seed: Any, fn: str, *, name: str = "generator"
+) -> torch.Generator | None:
+    """A ``torch.Generator`` from ``generator`` or ``seed`` (at most one of them), else ``None``.
+
+    ``seed`` (a non-negative int) gives a fresh CPU generator seeded with it; ``None`` for both
+    means "use torch's global random state".
+    """
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(
+            f"{fn}: `{name}` must be a torch.Generator or None (got {type(generator).__name__})"
+        )
+    if seed is not None:
+        if (
+            isinstance(seed, bool)
+            or not isinstance(seed, (int, np.integer))
+            or not 0 <= seed < 2**64
+        ):
+            raise ValueError(
+                f"{fn}: `seed` must be an integer in [0, 2**64) or None (got {seed!r})"
+            )
+        if generator is not None:
+            raise ValueError(f"{fn}: pass either `{name}` or `seed`, not both (got both)")
+        return torch.Generator().manual_seed(int(seed))
+    return generator
