@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from bensemble._scalar_checks import check_bool
-from bensemble._validation import (
+from bensemble._validation_tensors import (
     _warn_if_probabilities,
     as_float_tensor,
     as_probs,
