@@ -351,3 +351,28 @@ def test_doctest_collection_leaves_out_modules_missing_an_optional_extra(monkeyp
     assert hook(path, None) is True
     monkeypatch.setattr(importlib, "import_module", missing("x", "not_an_extra"))
     assert hook(path, None) is None  # a real import error is reported by the collection
+
+
+_IMPORT_EACH_FRESH = """
+import importlib, pkgutil, sys
+import bensemble
+names = ["bensemble"] + [m.name for m in pkgutil.walk_packages(bensemble.__path__, "bensemble.")]
+failed = []
+for name in names:
+    for loaded in [k for k in sys.modules if k == "bensemble" or k.startswith("bensemble.")]:
+        del sys.modules[loaded]
+    try:
+        importlib.import_module(name)
+    except Exception as exc:  # noqa: BLE001
+        failed.append(f"{name}: {type(exc).__name__}: {exc}")
+print("\\n".join(failed))
+"""
+
+
+def test_every_module_imports_first_in_a_fresh_interpreter():
+    # An import cycle only shows when the module in the cycle is imported first.
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORT_EACH_FRESH], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == ""
