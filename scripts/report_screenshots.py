@@ -88,16 +88,15 @@ def find_chromium() -> str | None:
     return None
 
 
-def _frame_page(report: Path, width: int, height: int, facts: bool) -> str:
+def _frame_page(report: Path, width: int, height: int) -> str:
     """A page holding ``report`` in an iframe ``width`` x ``height`` px (srcdoc: same origin)."""
     doc = html.escape(report.read_text(encoding="utf-8"), quote=True)
-    script = f"<script>{_FACTS_SCRIPT}</script>" if facts else ""
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>frame</title>'
         "<style>html,body{margin:0;padding:0;overflow:hidden;background:#fff}"
         "iframe{border:0;display:block}</style></head><body>"
         f'<iframe id="page" title="report" width="{width}" height="{height}" srcdoc="{doc}">'
-        f"</iframe>{script}</body></html>"
+        f"</iframe><script>{_FACTS_SCRIPT}</script></body></html>"
     )
 
 
@@ -130,7 +129,14 @@ def _chromium(chromium: str, args: list[str], work: Path) -> str:
     return done.stdout
 
 
-def page_facts(chromium: str, report: Path, width: int, work: Path, height: int = 900) -> dict:
+def page_facts(
+    chromium: str,
+    report: Path,
+    width: int,
+    work: Path,
+    height: int = 900,
+    screenshot: Path | None = None,
+) -> dict:
     """Load ``report`` at ``width`` px and return what the browser saw.
 
     Keys: ``viewport`` (the width the page was laid out at), ``scrollWidth`` / ``clientWidth``
@@ -138,16 +144,21 @@ def page_facts(chromium: str, report: Path, width: int, work: Path, height: int 
     to 10 elements sticking out of the page and not inside a scroll box), ``images`` and
     ``broken`` (alt texts of images not decoded), ``wideImages``, ``verdictBlock`` (the
     ``#verdict`` block is shown), ``verdicts``, ``statusLabels``, ``scrollBoxes``, ``height``.
+    With ``screenshot``, the same run also saves a ``width`` x ``height`` PNG of the page's top.
     """
     frame = work / f"facts-{width}.html"
-    frame.write_text(_frame_page(report, width, height, facts=True), encoding="utf-8")
+    frame.write_text(_frame_page(report, width, height), encoding="utf-8")
+    shot = [f"--screenshot={screenshot.resolve()}"] if screenshot is not None else []
+    if screenshot is not None:
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
     # --virtual-time-budget: the dump waits for the load event and the page's tasks in virtual
     # time (no real sleep), so the facts are written before the DOM is read.
     out = _chromium(
         chromium,
         [
-            f"--window-size={max(width, 500)},{height}",
+            f"--window-size={width},{height}",
             "--virtual-time-budget=30000",
+            *shot,
             "--dump-dom",
             frame.as_uri(),
         ],
@@ -159,26 +170,14 @@ def page_facts(chromium: str, report: Path, width: int, work: Path, height: int 
     facts = json.loads(html.unescape(found.group(1)))
     if "error" in facts:
         raise RuntimeError(f"the facts script failed in the browser: {facts['error']}")
+    if screenshot is not None and not screenshot.is_file():
+        raise RuntimeError(f"chromium wrote no screenshot {screenshot}")
     return facts
 
 
 def screenshot(chromium: str, report: Path, png: Path, width: int, height: int, work: Path) -> Path:
     """A ``width`` x ``height`` PNG of the top of ``report`` laid out at ``width`` px."""
-    frame = work / f"shot-{width}.html"
-    frame.write_text(_frame_page(report, width, height, facts=False), encoding="utf-8")
-    png.parent.mkdir(parents=True, exist_ok=True)
-    _chromium(
-        chromium,
-        [
-            f"--window-size={width},{height}",
-            "--virtual-time-budget=30000",
-            f"--screenshot={png.resolve()}",
-            frame.as_uri(),
-        ],
-        work,
-    )
-    if not png.is_file():
-        raise RuntimeError(f"chromium wrote no screenshot {png}")
+    page_facts(chromium, report, width, work, height, screenshot=png)
     return png
 
 
