@@ -59,15 +59,25 @@ window.addEventListener('load', function () {
     facts.statusLabels = Array.prototype.map.call(d.querySelectorAll('#verdict .verdict .status'),
       function (s) { return s.textContent.trim(); });
     facts.scrollBoxes = d.querySelectorAll('.table-wrap').length;
-    var scrolls = function (e) {
+    var clips = function (e) {
+      var o = w.getComputedStyle(e).overflowX;
+      return o === 'auto' || o === 'scroll' || o === 'hidden' || o === 'clip';
+    };
+    var inScrollBox = function (e) {
       for (var a = e.parentElement; a && a !== d.body; a = a.parentElement) {
-        var o = w.getComputedStyle(a).overflowX;
-        if (o === 'auto' || o === 'scroll' || o === 'hidden') return true;
+        if (clips(a)) return true;
       }
       return false;
     };
-    facts.overflowing = Array.prototype.filter.call(all, function (e) {
-      return e.getBoundingClientRect().right > root.clientWidth + 0.5 && !scrolls(e);
+    // an element's box, or its content (a long word, a wide child), reaching past the page
+    var sticksOut = Array.prototype.filter.call(all, function (e) {
+      var r = e.getBoundingClientRect();
+      var right = clips(e) ? r.right : Math.max(r.right, r.left + e.scrollWidth);
+      return right > root.clientWidth + 0.5 && !inScrollBox(e);
+    });
+    // name the innermost culprits, not every ancestor
+    facts.overflowing = sticksOut.filter(function (e) {
+      return !sticksOut.some(function (o) { return o !== e && e.contains(o); });
     }).slice(0, 10).map(function (e) {
       return e.tagName.toLowerCase() + (e.className ? '.' + e.className : '') + ' '
         + e.textContent.slice(0, 30);

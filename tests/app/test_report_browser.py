@@ -74,18 +74,20 @@ def test_report_reads_well_in_a_browser(page, width, tmp_path):
 
 
 def test_the_harness_sees_a_broken_image_and_overflow(tmp_path):
-    """The checks above can fail: a broken image and a too-wide block are reported."""
+    """The checks above can fail: a broken image, a too-wide block and a long word are seen."""
     bad = tmp_path / "bad.html"
     bad.write_text(
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"></head><body>'
         '<section id="verdict"><div class="verdict"><p class="status">Good</p></div></section>'
         '<img alt="broken" src="data:image/png;base64,AAAA">'
-        '<div class="wide" style="width:600px">too wide for a phone</div></body></html>',
+        '<div class="wide" style="width:600px">too wide for a phone</div>'
+        f'<p class="long">{"x" * 120}</p></body></html>',
         encoding="utf-8",
     )
     facts = harness.page_facts(CHROMIUM, bad, 390, tmp_path, height=400)
     assert facts["viewport"] == 390
     assert facts["broken"] == ["broken"]
     assert facts["scrollWidth"] > facts["clientWidth"]
-    assert any(e.startswith("div.wide") for e in facts["overflowing"])
+    culprits = sorted(e.split(" ")[0] for e in facts["overflowing"])
+    assert culprits == ["div.wide", "p.long"]  # the innermost elements, not their ancestors
     assert facts["verdictBlock"] and facts["statusLabels"] == ["Good"]
