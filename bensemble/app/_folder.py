@@ -9,7 +9,7 @@ finish: each rename moves a whole folder. A run that fails removes its staging f
 
 What may be replaced is decided by :func:`check_report_folder`: an absent or empty folder is
 always used; a folder holding only report files (``.md``, ``.csv``, ``.json``, ``.png``,
-``.txt``, ``.html``) is a previous report and is replaced only with ``overwrite=True``
+``.html``, ``.txt``) is a previous report and is replaced only with ``overwrite=True``
 (``--overwrite``); a folder holding anything else (a sub-folder, a ``.npy``, a ``.tex``) is
 never replaced.
 """
