@@ -50,6 +50,7 @@ STATUSES = ("good", "warn", "bad", "info")
 STATUS_LABELS = {"good": "Good", "warn": "Caution", "bad": "Problem", "info": "Note"}
 _STATUS_GLYPHS = {"good": "\u2713", "warn": "!", "bad": "\u2717", "info": "i"}
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_WIDE_FIGURE_PX = 720  # figures wider than this take a whole row of the figure grid
 
 
 def _check_status(status: Any, fn: str) -> str:
@@ -211,8 +212,8 @@ tbody th{font-weight:600;position:sticky;left:0;background:#fff;z-index:1}
 tbody tr:nth-child(even)>th{background:#fafbfc}
 .note{font-size:.87rem;color:var(--muted)}
 .figures{display:grid;gap:1rem 1.5rem;margin:1.2rem 0 1.6rem;
-grid-template-columns:repeat(auto-fill,minmax(min(100%,28rem),1fr))}
-figure{margin:0;min-width:0}
+grid-template-columns:repeat(auto-fit,minmax(min(100%,28rem),1fr))}
+figure{margin:0;min-width:0}figure.wide{grid-column:1/-1}
 figure img{display:block;max-width:100%;height:auto;border:1px solid var(--line);
 border-radius:.3rem}
 figcaption{font-size:.88rem;color:var(--muted);margin-top:.4rem;max-width:48rem}
@@ -308,8 +309,9 @@ def _figure(figure: HtmlFigure, number: int) -> str:
     alt = figure.alt or figure.title or figure.caption or f"Figure {number}"
     title = f" {_e(figure.title)}." if figure.title else ""
     caption = f" {_e(figure.caption)}" if figure.caption else ""
+    wide = ' class="wide"' if width > _WIDE_FIGURE_PX else ""  # a full row of the grid
     return (
-        f'<figure><img src="data:image/png;base64,{data}" width="{width}" height="{height}" '
+        f'<figure{wide}><img src="data:image/png;base64,{data}" width="{width}" height="{height}" '
         f'alt="{_e(alt)}"><figcaption><strong>Figure {number}.{title}</strong>{caption}'
         "</figcaption></figure>"
     )

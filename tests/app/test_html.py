@@ -146,6 +146,12 @@ def test_every_figure_is_a_data_uri_image_with_alt_text_and_caption():
     assert "<strong>Figure 2.</strong>" in html
 
 
+def test_a_wide_figure_takes_a_whole_row_of_the_figure_grid():
+    figures = [HtmlFigure("narrow", _png(400, 300)), HtmlFigure("wide", _png(960, 320))]
+    html = render_html(HtmlReport("t", sections=[HtmlSection("s", figures=figures)]))
+    assert re.findall(r"<figure( class=\"wide\")?><img", html) == ["", ' class="wide"']
+
+
 @pytest.mark.parametrize(
     "png",
     [pytest.param(b"GIF89a" + bytes(40), id="gif"), pytest.param(b"", id="empty"),
