@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test test-fast demo data lint format bench clean docs
+.PHONY: setup browser test test-fast demo data lint format bench clean docs screenshots
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,10 +19,22 @@ $(STAMP): $(PY) pyproject.toml
 
 setup: $(STAMP)
 
-test: $(STAMP)
+# Debian's chromium for the browser test of report.html (tests/app/test_report_browser.py):
+# installed quietly when missing and the user is root; otherwise nothing (that test is skipped).
+CHROMIUM_APT := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	chromium fonts-liberation >/dev/null 2>&1
+browser:
+	@if ! command -v chromium >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] \
+		&& command -v apt-get >/dev/null 2>&1; then \
+		echo "make: installing chromium (apt-get) for the browser test of report.html"; \
+		$(CHROMIUM_APT) || { apt-get update -qq >/dev/null 2>&1 && $(CHROMIUM_APT); } \
+		|| echo "make: could not install chromium; the browser test will be skipped"; \
+	fi
+
+test: $(STAMP) browser
 	BENSEMBLE_HYPOTHESIS_PROFILE=$${BENSEMBLE_HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest -q -n 2 --dist loadfile
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) browser
 	BENSEMBLE_HYPOTHESIS_PROFILE=$${BENSEMBLE_HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
 
 demo: $(STAMP)
@@ -43,6 +55,10 @@ format: $(STAMP)
 # The documentation site (mkdocs-material + mkdocstrings), built offline into site/.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
+# docs/figures/report_1280.png and report_390.png: the HTML report of `bensemble evaluate`.
+screenshots: $(STAMP) browser
+	$(PY) scripts/report_screenshots.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py

@@ -2,8 +2,13 @@
 
 The page is described by plain data (:class:`HtmlReport`: a verdict block, then sections of
 notes, tables and figures) and :func:`render_html` turns it into one HTML string: figures are
-embedded as base64 PNG ``data:`` URIs, the style sheet is inline, there is no JavaScript and no
-network access, so the file can be mailed or opened from a laptop offline.
+embedded as base64 PNG ``data:`` URIs, the style sheet is inline, there is no JavaScript, no web
+font and no network access, so the file can be mailed or opened from a laptop offline.
+
+The layout reads at desktop and phone widths: the verdicts are cards that stack on a narrow
+screen, each with its status written out (not told by colour alone); a wide table scrolls inside
+its own box, never the page; figures scale down to the column. A print style sheet drops the
+contents list and keeps cards and figures whole. Every text is HTML-escaped.
 
 Example:
     >>> page = HtmlReport(
@@ -20,14 +25,17 @@ from __future__ import annotations
 
 import base64
 import html as _html
+import re
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bensemble.app.report import format_value, table_columns
+from bensemble.app.report import _cells
 
 __all__ = [
     "STATUSES",
+    "STATUS_LABELS",
     "HtmlFigure",
     "HtmlReport",
     "HtmlSection",
@@ -38,6 +46,31 @@ __all__ = [
 
 #: Verdict statuses, each drawn in its own colour.
 STATUSES = ("good", "warn", "bad", "info")
+#: The words shown with each status (the colour is never the only cue), and a glyph.
+STATUS_LABELS = {"good": "Good", "warn": "Caution", "bad": "Problem", "info": "Note"}
+_STATUS_GLYPHS = {"good": "\u2713", "warn": "!", "bad": "\u2717", "info": "i"}
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_WIDE_FIGURE_PX = 720  # figures wider than this take a whole row of the figure grid
+
+
+def _check_status(status: Any, fn: str) -> str:
+    if not isinstance(status, str) or status not in STATUSES:
+        valid = ", ".join(repr(s) for s in STATUSES)
+        raise ValueError(f"{fn}: `status` must be one of {valid} (got {status!r})")
+    return status
+
+
+def _png_size(png: Any, fn: str) -> tuple[int, int]:
+    """(width, height) from a PNG's IHDR chunk; anything but PNG bytes is refused."""
+    if not isinstance(png, (bytes, bytearray, memoryview)):
+        raise ValueError(f"{fn}: `png` must be the bytes of a PNG file (got {type(png).__name__})")
+    head = bytes(png[:24])
+    if len(head) < 24 or not head.startswith(_PNG_SIGNATURE) or head[12:16] != b"IHDR":
+        raise ValueError(
+            f"{fn}: `png` must be the bytes of a PNG file (got {len(png)} bytes starting "
+            f"{head[:8]!r})"
+        )
+    return struct.unpack(">II", head[16:24])
 
 
 @dataclass
@@ -47,7 +80,8 @@ class Verdict:
     Attributes:
         question: e.g. ``"Is the model calibrated?"``.
         answer: a short answer (``"yes"``, ``"no"``, ``"unclear"``, ``"n/a"``).
-        status: one of :data:`STATUSES`.
+        status: one of :data:`STATUSES` (``"good"``, ``"warn"``, ``"bad"``, ``"info"``); the
+            card shows its colour and its word from :data:`STATUS_LABELS`.
         detail: one or two sentences with the numbers behind the answer.
     """
 
@@ -56,24 +90,44 @@ class Verdict:
     status: str
     detail: str = ""
 
+    def __post_init__(self) -> None:
+        _check_status(self.status, "Verdict")
+
 
 @dataclass
 class HtmlTable:
-    """A table: rows of ``column -> value`` (floats are rounded to ``digits`` decimals)."""
+    """A table: rows of ``column -> value`` (floats are rounded to ``digits`` decimals).
+
+    Attributes:
+        title: The table's heading.
+        rows: One mapping per row; a missing key is shown as ``-``.
+        notes: Paragraphs under the table (definitions, units, warnings).
+        digits: Decimals for floats.
+        columns: Column order (default: the rows' keys in first-seen order).
+    """
 
     title: str
     rows: Sequence[Mapping[str, Any]]
     notes: Sequence[str] = ()
     digits: int = 4
+    columns: Sequence[str] | None = None
 
 
 @dataclass
 class HtmlFigure:
-    """A PNG figure (its bytes) with a caption."""
+    """A PNG figure (its bytes) with a caption.
+
+    Attributes:
+        title: Shown above the caption; also the image's alt text unless ``alt`` is given.
+        png: The bytes of a PNG file (e.g. ``fig.savefig(buffer, format="png")``).
+        caption: What the figure shows and how to read it.
+        alt: A text alternative for readers who cannot see the image.
+    """
 
     title: str
     png: bytes
     caption: str = ""
+    alt: str = ""
 
 
 @dataclass
@@ -88,31 +142,103 @@ class HtmlSection:
 
 @dataclass
 class HtmlReport:
-    """The whole page: title, verdict block, sections and a footer (e.g. the versions)."""
+    """The whole page: title, verdict block, sections and a footer (e.g. the versions).
+
+    Attributes:
+        title: The page title and its top heading.
+        verdicts: The summary block's cards, in order.
+        sections: The page's sections, listed in the contents.
+        footer: ``label -> value`` pairs shown at the bottom (versions, command line).
+        subtitle: A line under the title (e.g. what was evaluated).
+    """
 
     title: str
     verdicts: Sequence[Verdict] = ()
     sections: Sequence[HtmlSection] = ()
     footer: Mapping[str, Any] = field(default_factory=dict)
+    subtitle: str = ""
 
 
 _CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d2330;
-line-height:1.45;background:#fff}
-main{max-width:1100px;margin:0 auto;padding:1rem}
-h1{font-size:1.6rem}h2{font-size:1.25rem;border-bottom:1px solid #dde;padding-bottom:.2rem}
-.verdicts{display:grid;grid-template-columns:repeat(auto-fit,minmax(16rem,1fr));gap:.6rem}
-.verdict{border-left:.4rem solid #888;background:#f5f6f8;padding:.5rem .8rem;border-radius:.3rem}
-.verdict.good{border-color:#2e7d32}.verdict.warn{border-color:#ed6c02}
-.verdict.bad{border-color:#c62828}.verdict.info{border-color:#1565c0}
-.verdict .q{font-weight:600}.verdict .a{font-size:1.1rem}
-.table-wrap{overflow-x:auto;max-width:100%}
-table{border-collapse:collapse;font-size:.9rem;margin:.4rem 0}
-th,td{padding:.25rem .55rem;border-bottom:1px solid #e3e5ea;text-align:right;white-space:nowrap}
-th:first-child,td:first-child{text-align:left}
-figure{margin:1rem 0}figure img{max-width:100%;height:auto;display:block}
-figcaption{font-size:.85rem;color:#555}
-footer{font-size:.8rem;color:#666;margin-top:2rem}
+:root{color-scheme:light;--fg:#1d2330;--muted:#5b6270;--line:#dfe2e8;--soft:#f5f6f8;
+--accent:#1f4e8c}
+*,*::before,*::after{box-sizing:border-box}
+html{-webkit-text-size-adjust:100%;text-size-adjust:100%}
+body{margin:0;color:var(--fg);background:#fff;line-height:1.5;font-size:16px;
+font-family:system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif}
+main{max-width:72rem;margin:0 auto;padding:1.5rem 1.5rem 2rem}
+h1,h2,h3{line-height:1.25;margin:0}
+h1{font-size:1.75rem}
+h2{font-size:1.3rem;margin:2.2rem 0 .8rem;padding-bottom:.3rem;border-bottom:2px solid var(--line)}
+h3{font-size:1.05rem;margin:1.4rem 0 .5rem}
+p{margin:.4rem 0 .7rem;max-width:48rem}
+h1,h2,h3,p,li,dd,figcaption,td,th{overflow-wrap:anywhere}
+a{color:var(--accent)}
+.subtitle{color:var(--muted);margin:.3rem 0 0}
+header{margin-bottom:1rem}
+.toc{margin:1rem 0 0;font-size:.92rem}
+.toc h2{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0);margin:0;
+padding:0;border:0}
+.toc ol{list-style:none;margin:0;padding:0;display:flex;flex-wrap:wrap;gap:.4rem}
+.toc a{display:inline-block;padding:.2rem .65rem;border:1px solid var(--line);
+border-radius:1rem;text-decoration:none;background:var(--soft)}
+.toc a:hover,.toc a:focus{border-color:var(--accent)}
+.verdicts{list-style:none;margin:0;padding:0;display:grid;gap:.8rem;
+grid-template-columns:repeat(auto-fill,minmax(min(100%,17rem),1fr))}
+.verdict{border:1px solid var(--line);border-left:.45rem solid var(--c);border-radius:.4rem;
+padding:.7rem .9rem .8rem;background:var(--bg);min-width:0}
+.verdict h3{font-size:.98rem;margin:.45rem 0 .15rem;font-weight:600}
+.verdict .answer{font-size:1.2rem;font-weight:700;margin:0 0 .2rem}
+.verdict .detail{font-size:.9rem;color:#343a46;margin:0}
+.status{display:inline-flex;align-items:center;gap:.35rem;margin:0;padding:.1rem .55rem .1rem .2rem;
+border-radius:1rem;background:var(--c);color:#fff;font-size:.78rem;font-weight:700;
+letter-spacing:.04em;text-transform:uppercase}
+.status .glyph{display:inline-grid;place-items:center;width:1.2rem;height:1.2rem;
+border-radius:50%;background:#fff;color:var(--c);font-size:.8rem;line-height:1}
+.st-good{--c:#1b6e2a;--bg:#eef7ef}.st-warn{--c:#8f4700;--bg:#fff5e8}
+.st-bad{--c:#b3261e;--bg:#fdeeed}.st-info{--c:#1f4e8c;--bg:#edf3fb}
+.empty{color:var(--muted);font-style:italic}
+.table-wrap{overflow-x:auto;width:fit-content;max-width:100%;margin:.3rem 0 .6rem;
+border:1px solid var(--line);border-radius:.35rem}
+.table-wrap:focus{outline:2px solid var(--accent);outline-offset:2px}
+table{border-collapse:collapse;font-size:.88rem;font-variant-numeric:tabular-nums}
+th,td{padding:.35rem .7rem;border-bottom:1px solid var(--line);white-space:nowrap;
+text-align:left;vertical-align:top}
+th.num,td.num{text-align:right}
+thead th{background:var(--soft);font-weight:600;border-bottom:2px solid var(--line)}
+tbody tr:last-child>*{border-bottom:0}
+tbody tr:nth-child(even)>*{background:#fafbfc}
+tbody th{font-weight:600;position:sticky;left:0;background:#fff;z-index:1}
+tbody tr:nth-child(even)>th{background:#fafbfc}
+.note{font-size:.87rem;color:var(--muted)}
+.figures{display:grid;gap:1rem 1.5rem;margin:1.2rem 0 1.6rem;
+grid-template-columns:repeat(auto-fit,minmax(min(100%,28rem),1fr))}
+figure{margin:0;min-width:0}figure.wide{grid-column:1/-1}
+figure img{display:block;max-width:100%;height:auto;border:1px solid var(--line);
+border-radius:.3rem}
+figcaption{font-size:.88rem;color:var(--muted);margin-top:.4rem;max-width:48rem}
+figcaption strong{color:var(--fg)}
+footer{margin-top:3rem;padding-top:.8rem;border-top:1px solid var(--line);font-size:.8rem;
+color:var(--muted)}
+footer dl{display:flex;flex-wrap:wrap;gap:.2rem 1.2rem;margin:0}
+footer dl div{display:flex;gap:.35rem;min-width:0}
+footer dt{font-weight:600}footer dd{margin:0}
+@media (max-width:600px){
+main{padding:1rem .85rem 1.5rem}
+h1{font-size:1.4rem}h2{font-size:1.15rem;margin-top:1.8rem}
+.verdict .answer{font-size:1.1rem}
+table{font-size:.82rem}th,td{padding:.3rem .5rem}
+}
+@media print{
+body{font-size:10.5pt}main{max-width:none;padding:0}
+.toc{display:none}
+.verdict,figure,.table-wrap,tr{break-inside:avoid}
+h2,h3{break-after:avoid}
+.table-wrap{overflow:visible;border:0}table{font-size:8.5pt}
+tbody th{position:static}
+.verdict,.status,.status .glyph{-webkit-print-color-adjust:exact;print-color-adjust:exact}
+a{color:inherit;text-decoration:none}
+}
 """
 
 
@@ -120,52 +246,157 @@ def _e(text: Any) -> str:
     return _html.escape(str(text), quote=True)
 
 
-def _table(table: HtmlTable) -> str:
-    cols = table_columns(table.rows)
-    head = "".join(f"<th>{_e(c)}</th>" for c in cols)
-    body = "".join(
-        "<tr>"
-        + "".join(f"<td>{_e(format_value(row.get(c), table.digits))}</td>" for c in cols)
-        + "</tr>"
-        for row in table.rows
-    )
+class _Ids:
+    """Unique, readable ``id`` attributes made from titles."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = {"summary", "contents"}
+
+    def __call__(self, title: str, prefix: str) -> str:
+        slug = re.sub(r"[^a-z0-9]+", "-", str(title).lower()).strip("-")[:40].strip("-")
+        base = f"{prefix}-{slug}" if slug else prefix
+        name, n = base, 2
+        while name in self.used:
+            name, n = f"{base}-{n}", n + 1
+        self.used.add(name)
+        return name
+
+
+def _table(table: HtmlTable, ids: _Ids) -> str:
+    if not isinstance(table, HtmlTable):
+        raise ValueError(f"render_html: `tables` must hold HtmlTable (got {type(table).__name__})")
+    if isinstance(table.digits, bool) or not isinstance(table.digits, int) or table.digits < 0:
+        raise ValueError(
+            f"render_html: `digits` of table {table.title!r} must be an integer >= 0 "
+            f"(got {table.digits!r})"
+        )
+    rows = list(table.rows)
+    bad = [type(r).__name__ for r in rows if not isinstance(r, Mapping)]
+    if bad:
+        raise ValueError(
+            f"render_html: `rows` of table {table.title!r} must be mappings of column -> value "
+            f"(got a {bad[0]})"
+        )
+    hid = ids(table.title, "table")
     notes = "".join(f'<p class="note">{_e(n)}</p>' for n in table.notes)
+    heading = f'<h3 id="{hid}">{_e(table.title)}</h3>'
+    if not rows:
+        return f'{heading}<p class="empty">No rows.</p>{notes}'
+    cols, body, numeric = _cells(rows, table.columns, table.digits)
+    cls = [' class="num"' if num else "" for num in numeric]
+    head = "".join(f'<th scope="col"{c}>{_e(col)}</th>' for col, c in zip(cols, cls))
+    row_header = not numeric[0]  # a text first column (a method, a class) labels its row
+
+    def cell(j: int, text: str) -> str:
+        if j == 0 and row_header:
+            return f'<th scope="row">{_e(text)}</th>'
+        return f"<td{cls[j]}>{_e(text)}</td>"
+
+    trs = "".join("<tr>" + "".join(cell(j, t) for j, t in enumerate(r)) + "</tr>" for r in body)
     return (
-        f'<h3>{_e(table.title)}</h3><div class="table-wrap"><table><thead><tr>{head}</tr>'
-        f"</thead><tbody>{body}</tbody></table></div>{notes}"
+        f'{heading}<div class="table-wrap" role="region" aria-labelledby="{hid}" tabindex="0">'
+        f"<table><thead><tr>{head}</tr></thead><tbody>{trs}</tbody></table></div>{notes}"
     )
 
 
-def _figure(figure: HtmlFigure) -> str:
-    data = base64.b64encode(figure.png).decode("ascii")
-    caption = f"<figcaption>{_e(figure.caption)}</figcaption>" if figure.caption else ""
+def _figure(figure: HtmlFigure, number: int) -> str:
+    if not isinstance(figure, HtmlFigure):
+        raise ValueError(
+            f"render_html: `figures` must hold HtmlFigure (got {type(figure).__name__})"
+        )
+    width, height = _png_size(figure.png, "render_html")
+    data = base64.b64encode(bytes(figure.png)).decode("ascii")
+    alt = figure.alt or figure.title or figure.caption or f"Figure {number}"
+    title = f" {_e(figure.title)}." if figure.title else ""
+    caption = f" {_e(figure.caption)}" if figure.caption else ""
+    wide = ' class="wide"' if width > _WIDE_FIGURE_PX else ""  # a full row of the grid
     return (
-        f'<figure><img src="data:image/png;base64,{data}" alt="{_e(figure.title)}">'
-        f"{caption}</figure>"
+        f'<figure{wide}><img src="data:image/png;base64,{data}" width="{width}" height="{height}" '
+        f'alt="{_e(alt)}"><figcaption><strong>Figure {number}.{title}</strong>{caption}'
+        "</figcaption></figure>"
+    )
+
+
+def _verdict(v: Verdict) -> str:
+    if not isinstance(v, Verdict):
+        raise ValueError(f"render_html: `verdicts` must hold Verdict (got {type(v).__name__})")
+    status = _check_status(v.status, "render_html")
+    detail = f'<p class="detail">{_e(v.detail)}</p>' if v.detail else ""
+    return (
+        f'<li class="verdict st-{status}"><p class="status"><span class="glyph" '
+        f'aria-hidden="true">{_STATUS_GLYPHS[status]}</span>{STATUS_LABELS[status]}</p>'
+        f'<h3>{_e(v.question)}</h3><p class="answer">{_e(v.answer)}</p>{detail}</li>'
     )
 
 
 def render_html(report: HtmlReport) -> str:
-    """The report as one self-contained HTML document (UTF-8 text)."""
-    verdicts = "".join(
-        f'<div class="verdict {_e(v.status)}"><div class="q">{_e(v.question)}</div>'
-        f'<div class="a">{_e(v.answer)}</div><div class="d">{_e(v.detail)}</div></div>'
-        for v in report.verdicts
+    """The report as one self-contained HTML document (UTF-8 text).
+
+    Args:
+        report: The page's content.
+
+    Returns:
+        The document: inline CSS, figures as ``data:`` URIs, no script, no external resource.
+
+    Raises:
+        ValueError: ``report`` is not an :class:`HtmlReport`, a verdict's ``status`` is not one of
+            :data:`STATUSES`, a figure's ``png`` is not PNG bytes, or a table row is not a mapping.
+    """
+    if not isinstance(report, HtmlReport):
+        raise ValueError(
+            f"render_html: `report` must be an HtmlReport (got {type(report).__name__})"
+        )
+    ids = _Ids()
+    verdicts = "".join(_verdict(v) for v in report.verdicts)
+    summary = (
+        f'<ul class="verdicts">{verdicts}</ul>'
+        if verdicts
+        else '<p class="empty">No verdicts for this run.</p>'
     )
-    sections = "".join(
-        f"<section><h2>{_e(s.title)}</h2>"
-        + "".join(f"<p>{_e(n)}</p>" for n in s.notes)
-        + "".join(_table(t) for t in s.tables)
-        + "".join(_figure(f) for f in s.figures)
-        + "</section>"
-        for s in report.sections
+    toc = ['<li><a href="#summary">Summary</a></li>']
+    sections, figure_number = [], 0
+    for s in report.sections:
+        if not isinstance(s, HtmlSection):
+            raise ValueError(
+                f"render_html: `sections` must hold HtmlSection (got {type(s).__name__})"
+            )
+        sid = ids(s.title, "sec")
+        toc.append(f'<li><a href="#{sid}">{_e(s.title)}</a></li>')
+        parts = [f"<p>{_e(n)}</p>" for n in s.notes]
+        parts += [_table(t, ids) for t in s.tables]
+        figures = []
+        for f in s.figures:
+            figure_number += 1
+            figures.append(_figure(f, figure_number))
+        if figures:
+            parts.append(f'<div class="figures">{"".join(figures)}</div>')
+        if not parts:
+            parts = ['<p class="empty">Nothing to show in this section.</p>']
+        sections.append(
+            f'<section aria-labelledby="{sid}"><h2 id="{sid}">{_e(s.title)}</h2>'
+            + "".join(parts)
+            + "</section>"
+        )
+    footer = ""
+    if report.footer:
+        items = "".join(
+            f"<div><dt>{_e(k)}</dt><dd>{_e(v)}</dd></div>" for k, v in report.footer.items()
+        )
+        footer = f"<footer><dl>{items}</dl></footer>"
+    subtitle = f'<p class="subtitle">{_e(report.subtitle)}</p>' if report.subtitle else ""
+    nav = (
+        '<nav class="toc" aria-labelledby="contents"><h2 id="contents">Contents</h2>'
+        f"<ol>{''.join(toc)}</ol></nav>"
+        if sections
+        else ""
     )
-    footer = "".join(f"<div>{_e(k)}: {_e(v)}</div>" for k, v in report.footer.items())
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<meta name="generator" content="bensemble">'
         f"<title>{_e(report.title)}</title><style>{_CSS}</style></head><body><main>"
-        f'<h1>{_e(report.title)}</h1><section class="summary" id="verdict"><h2>Summary</h2>'
-        f'<div class="verdicts">{verdicts}</div></section>{sections}'
-        f"<footer>{footer}</footer></main></body></html>\n"
+        f"<header><h1>{_e(report.title)}</h1>{subtitle}{nav}</header>"
+        '<section class="summary" id="verdict" aria-labelledby="summary">'
+        f'<h2 id="summary">Summary</h2>{summary}</section>'
+        f"{''.join(sections)}{footer}</main></body></html>\n"
     )

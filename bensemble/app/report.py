@@ -1,6 +1,7 @@
 """A small report writer shared by ``bensemble demo``, ``evaluate`` and ``reproduce``.
 
-A report is a folder of tables (each as Markdown, CSV and JSON) and PNG figures. Every file is
+A report is a folder of tables (each as Markdown, CSV and JSON), PNG figures and a self-contained
+HTML page (:meth:`Report.add_html`, :mod:`bensemble.app.html`). Every file is
 written atomically: the content goes to a temporary file in the same folder, which is then
 renamed over the target with :func:`os.replace`, so a reader never sees a half-written file and
 an interrupted run leaves no temporary file behind. The folder itself is created only when the
@@ -379,6 +380,13 @@ class Report:
         for path, text in zip(paths, (md, buffer.getvalue(), to_json(payload) + "\n")):
             atomic_write_text(self._where(path), text)
         return [self._record(p) for p in paths]
+
+    def add_html(self, name: str, report: Any) -> Path:
+        """Write an :class:`~bensemble.app.html.HtmlReport` as the page ``name.html`` atomically."""
+        from bensemble.app.html import render_html
+
+        self.path(name, ".html")  # validates name before the page is rendered
+        return self.add_text(f"{name}.html", render_html(report))
 
     def add_figure(self, name: str, fig: Any, *, dpi: int = 120, close: bool = True) -> Path:
         """Save a matplotlib figure as ``name.png`` atomically, then close it (``close=True``)."""
