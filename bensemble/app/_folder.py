@@ -9,8 +9,9 @@ finish: each rename moves a whole folder. A run that fails removes its staging f
 
 What may be replaced is decided by :func:`check_report_folder`: an absent or empty folder is
 always used; a folder holding only report files (``.md``, ``.csv``, ``.json``, ``.png``,
-``.txt``) is a previous report and is replaced only with ``overwrite=True`` (``--overwrite``);
-a folder holding anything else (a sub-folder, a ``.npy``, a ``.tex``) is never replaced.
+``.html``, ``.txt``) is a previous report and is replaced only with ``overwrite=True``
+(``--overwrite``); a folder holding anything else (a sub-folder, a ``.npy``, a ``.tex``) is
+never replaced.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 #: File suffixes a report folder may hold (anything else marks a folder that is not ours).
-REPORT_SUFFIXES = (".md", ".csv", ".json", ".png", ".txt")
+REPORT_SUFFIXES = (".md", ".csv", ".json", ".png", ".txt", ".html")
 STAGE_PREFIX = ".bensemble-tmp-"
 OLD_PREFIX = ".bensemble-old-"
 _RETRIES = 10
