@@ -12,7 +12,8 @@ computed at once, never one Python iteration per replicate:
   ``sum_b |sum_{i in b} w_i (correct_i - conf_i)| / n``;
 * the EECE with the K-means partition of the full sample held fixed (the centroids are *not*
   refitted per replicate; the interval therefore leaves out the variability of the clustering);
-* ranking metrics (misclassification AUROC, AURC) from per-tie-group weighted counts: the
+* ranking metrics (misclassification AUROC, AURC) from per-tie-group weighted counts in one
+  sort by confidence: the
   Mann-Whitney statistic with ties counted one half, and the AURC of the resample in closed form
   with harmonic numbers (a point drawn ``w`` times forms ``w`` tied copies).
 
@@ -201,21 +202,20 @@ class BootstrapPlan:
         self._binned[name] = ("eece", rows, (h, groups, slots))
         self._names.append(name)
 
-    def auroc(self, name: str, scores: torch.Tensor, positive: torch.Tensor) -> None:
-        """Weighted Mann-Whitney AUROC of ``scores [n]`` for ``positive [n]`` (ties count 1/2)."""
-        s, order = torch.sort(torch.as_tensor(scores, dtype=_F64), stable=True)
-        _, inverse = torch.unique_consecutive(s, return_inverse=True)
-        pos = torch.as_tensor(positive, dtype=_F64)[order]
-        self._ranked[name] = ("auroc", order, inverse, pos)
-        self._names.append(name)
-
-    def aurc(self, name: str, confidence: torch.Tensor, correct: torch.Tensor) -> None:
-        """AURC of the resample (ties spread evenly, as :func:`bensemble.metrics.aurc`)."""
+    def selective(
+        self, auroc_name: str, aurc_name: str, confidence: torch.Tensor, correct: torch.Tensor
+    ) -> None:
+        """Misclassification AUROC of the score ``-confidence`` (positives: the errors; ties count
+        1/2, as :func:`bensemble.metrics.auroc`) and the AURC of ``confidence`` (ties spread
+        evenly, as :func:`bensemble.metrics.aurc`): both from one pass of per-tie-group weights
+        in decreasing confidence."""
         c, order = torch.sort(torch.as_tensor(confidence, dtype=_F64), descending=True, stable=True)
         _, inverse = torch.unique_consecutive(c, return_inverse=True)
+        distinct = int(inverse[-1]) + 1 if inverse.numel() else 0
         err = 1.0 - torch.as_tensor(correct, dtype=_F64)[order]
-        self._ranked[name] = ("aurc", order, inverse, err)
-        self._names.append(name)
+        grouping = None if distinct == self.n else inverse  # no ties: a group is a point
+        self._ranked[(auroc_name, aurc_name)] = (order, grouping, distinct, err)
+        self._names += [auroc_name, aurc_name]
 
     # ------------------------------------------------------------------ evaluation
     def run(self, n_boot: int, *, seed: int) -> dict[str, torch.Tensor]:
@@ -236,13 +236,22 @@ class BootstrapPlan:
             sums = torch.from_numpy(np.asarray(matrix @ np.ascontiguousarray(w.T.numpy())))
             for name, (kind, rows, shape) in self._binned.items():
                 out[name] = _finish(kind, sums[rows], shape, self.n)
-        for name, (kind, order, inverse, flag) in self._ranked.items():
-            ws = w[:, order]
-            groups = int(inverse.max()) + 1 if inverse.numel() else 0
-            a = torch.zeros(w.shape[0], groups, dtype=_F64).index_add_(1, inverse, ws * flag)
-            t = torch.zeros(w.shape[0], groups, dtype=_F64).index_add_(1, inverse, ws)
-            out[name] = _auroc(a, t - a) if kind == "auroc" else _aurc(t, a, self.n)
+        for (auroc_name, aurc_name), (order, grouping, groups, err) in self._ranked.items():
+            size = w[:, order]
+            errors = size * err
+            if grouping is not None:
+                zeros = torch.zeros(w.shape[0], groups, dtype=_F64)
+                size = zeros.index_add(1, grouping, size)
+                errors = zeros.index_add(1, grouping, errors)
+            out[auroc_name], out[aurc_name] = _selective(size, errors, self._harmonic())
         return out
+
+    def _harmonic(self) -> torch.Tensor:
+        """``H[m] = sum_{i <= m} 1 / i`` for ``m = 0..n`` (``H[0] = 0``)."""
+        if getattr(self, "_h", None) is None:
+            steps = 1.0 / torch.arange(1, self.n + 1, dtype=_F64)
+            self._h = torch.cat([torch.zeros(1, dtype=_F64), torch.cumsum(steps, 0)])
+        return self._h
 
 
 def _finish(kind: str, s: torch.Tensor, shape: Any, n: int) -> torch.Tensor:
@@ -262,25 +271,32 @@ def _finish(kind: str, s: torch.Tensor, shape: Any, n: int) -> torch.Tensor:
     return weighted.view(groups, slots, -1).sum(1).mean(0) / n
 
 
-def _auroc(pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
-    """Per replicate: ``P(s_pos > s_neg) + P(s_pos = s_neg) / 2`` from group weights ``[b, G]``
-    (groups in increasing score order); NaN when a replicate lacks positives or negatives."""
-    below = torch.cumsum(neg, 1) - neg
-    u = (pos * (below + 0.5 * neg)).sum(1)
-    return u / (pos.sum(1) * neg.sum(1))
+def _selective(
+    size: torch.Tensor, errors: torch.Tensor, harmonic: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per replicate, from group weights / weighted errors ``[b, G]`` in decreasing confidence
+    (``harmonic [n + 1]``: the harmonic numbers, ``n`` the points of every replicate):
 
-
-def _aurc(size: torch.Tensor, errors: torch.Tensor, n: int) -> torch.Tensor:
-    """Per replicate: ``(1/n) sum_i err(i) / i`` from group sizes / errors ``[b, G]`` (groups in
-    decreasing confidence): positions ``a+1..a+s`` of a group hold ``E + (i - a) e / s`` errors."""
-    harmonic = torch.cat(
-        [torch.zeros(1, dtype=_F64), torch.cumsum(1.0 / torch.arange(1, n + 1, dtype=_F64), 0)]
-    )
-    before = torch.cumsum(size, 1) - size
+    * AUROC of the errors under the score ``-confidence``: ``sum_g e_g (C_g + c_g / 2) / (E C)``
+      with ``c_g = s_g - e_g`` the correct points of group ``g`` and ``C_g`` those of the groups
+      before it (more confident, i.e. a lower score); NaN without errors or without correct points;
+    * AURC: positions ``a+1..a+s`` of a group (``a`` points before it, ``E_g`` errors before it)
+      hold ``E_g + (i - a) e / s`` errors, so ``sum_i err(i) / i`` over the group is
+      ``(H[a + s] - H[a]) (E_g - a e / s) + e``.
+    """
+    n = harmonic.shape[0] - 1
+    upto = torch.cumsum(size, 1)
+    before = upto - size
     errors_before = torch.cumsum(errors, 1) - errors
-    d_h = harmonic[(before + size).round().long()] - harmonic[before.round().long()]
-    rate = torch.where(size > 0, errors / size.clamp_min(1.0), 0.0)
-    return (errors_before * d_h + errors - rate * before * d_h).sum(1) / n
+    total_errors = errors.sum(1)
+    correct_here = size - errors
+    u = (errors * (before - errors_before + 0.5 * correct_here)).sum(1)
+    auroc = u / (total_errors * (n - total_errors))
+    # counts are exact integers in float64: .long() is exact
+    d_h = harmonic[upto.long()] - harmonic[before.long()]
+    rate = errors / size.clamp_min(1.0)  # an empty group has no errors: 0
+    aurc = ((d_h * (errors_before - rate * before)).sum(1) + total_errors) / n
+    return auroc, aurc
 
 
 def calibrated_ece_null(

@@ -76,8 +76,7 @@ def register_stage(
     )
     ids = uniform_bin_ids(probs, n_bins)
     plan.binned_gap(f"{prefix}:classwise_ece", ids, onehot - p64, n_bins + 1)
-    plan.auroc(f"{prefix}:error_auroc", 1.0 - conf.to(_F64), 1.0 - correct)
-    plan.aurc(f"{prefix}:aurc", conf.to(_F64), correct)
+    plan.selective(f"{prefix}:error_auroc", f"{prefix}:aurc", conf.to(_F64), correct)
 
 
 def eece_partition(

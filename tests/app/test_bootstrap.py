@@ -40,8 +40,7 @@ def _plan(probs, labels, n_bins=10):
     plan.binned_gap("ece", uniform_bin_ids(conf, n_bins), correct - conf, n_bins + 1)
     ids = uniform_bin_ids(probs, n_bins)
     plan.binned_gap("classwise_ece", ids, onehot - probs, n_bins + 1)
-    plan.auroc("auroc", 1.0 - conf, 1.0 - correct)
-    plan.aurc("aurc", conf, correct)
+    plan.selective("auroc", "aurc", conf, correct)
     return plan
 
 
