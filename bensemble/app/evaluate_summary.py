@@ -33,7 +33,7 @@ from bensemble.app.verdict import (
 if TYPE_CHECKING:
     from bensemble.app.evaluate import Evaluation
 
-__all__ = ["ENSEMBLE_NOTES", "TABLE_NOTES", "interval_of", "summarise"]
+__all__ = ["ENSEMBLE_NOTES", "TABLE_NOTES", "bootstrap_plan", "interval_of", "summarise"]
 
 #: Definitions and units of the uncertainty columns (``ensemble`` table).
 ENSEMBLE_NOTES = (
@@ -91,8 +91,9 @@ def interval_of(rows: list[dict[str, Any]], stage: str, metric: str) -> tuple[fl
     return None
 
 
-def _bootstrap(ev: Evaluation, reported: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Interval rows of every headline number (one vectorised bootstrap over the test part)."""
+def bootstrap_plan(ev: Evaluation) -> BootstrapPlan:
+    """Every headline number of ``ev`` as a statistic of the reported points, keyed
+    ``"stage:metric"`` (all-ones weights reproduce the reported values; a test checks it)."""
     s = ev.setup
     n_bins, labels = s["n_bins"], ev.labels
     plan = BootstrapPlan(labels.shape[0])
@@ -116,7 +117,7 @@ def _bootstrap(ev: Evaluation, reported: dict[str, dict[str, Any]]) -> list[dict
         variance = ev.member_probs.to(torch.float64).var(0, unbiased=False).mean(1)
         plan.mean("ensemble:mean_member_variance", variance)
         plan.eece("ensemble:eece", **eece_partition(ev.member_probs, labels, ev.eece_details))
-    return stage_intervals(plan.run(s["bootstrap"], seed=s["seed"]), reported)
+    return plan
 
 
 def _calibrated_q95(ev: Evaluation) -> float:
@@ -185,7 +186,8 @@ def summarise(ev: Evaluation, *, stage: Callable[[str], AbstractContextManager])
     null_q95 = None
     if s["bootstrap"] > 0:
         with stage(f"bootstrap ({s['bootstrap']} replicates)"):
-            ev.intervals = _bootstrap(ev, reported)
+            replicates = bootstrap_plan(ev).run(s["bootstrap"], seed=s["seed"])
+            ev.intervals = stage_intervals(replicates, reported)
             null_q95 = _calibrated_q95(ev)
     s["ece_calibrated_q95"] = null_q95
     if s["classes"] <= MAX_PER_CLASS:

@@ -114,19 +114,34 @@ def _calibrated(n, seed):
     return torch.stack([1 - p1, p1], 1), y
 
 
-def test_intervals_cover_the_true_accuracy_and_narrow_with_n():
-    # The true accuracy of the calibrated model is E[max(p, 1 - p)] = 3/4 for p ~ U(0, 1).
-    # 20 fixed seeds: a 95% interval misses about once; we ask for at least 16 hits
-    # (a binomial(20, 0.95) is below 16 with probability 3e-4, and the data are fixed anyway).
+def _nll_plan(probs, labels):
+    plan = _plan(probs, labels)
+    p_y = probs.gather(1, labels[:, None]).squeeze(1)
+    plan.mean("nll", -(p_y + 1e-8).log())
+    return plan
+
+
+#: Population values of the calibrated model of :func:`_calibrated`, p ~ U(0, 1):
+#: accuracy E[max(p, 1 - p)] = 3/4, NLL E[binary entropy] = 1/2 nat, Brier E[2 p (1 - p)] = 1/3.
+TRUE = {"accuracy": 0.75, "nll": 0.5, "brier": 1.0 / 3.0}
+
+
+def test_intervals_cover_the_true_values_and_narrow_with_n():
+    # 20 fixed seeds per size: a 95% interval misses about once in 20; we ask for at least 16
+    # hits per metric (Binomial(20, 0.95) < 16 has probability 3e-4, and the data are fixed).
     widths = {}
     for n in (400, 3200):
-        hits, width = 0, []
+        hits = dict.fromkeys(TRUE, 0)
+        width = []
         for seed in range(20):
             probs, labels = _calibrated(n, seed)
-            lo, hi = percentile_interval(_plan(probs, labels).run(200, seed=seed)["accuracy"])
-            hits += lo <= 0.75 <= hi
+            reps = _nll_plan(probs, labels).run(200, seed=seed)
+            for name, true in TRUE.items():
+                lo, hi = percentile_interval(reps[name])
+                hits[name] += lo <= true <= hi
+            lo, hi = percentile_interval(reps["accuracy"])
             width.append(hi - lo)
-        assert hits >= 16, (n, hits)
+        assert all(h >= 16 for h in hits.values()), (n, hits)
         widths[n] = sum(width) / len(width)
     # sd ~ 1 / sqrt(n): eight times the points, about sqrt(8) = 2.8 times narrower
     assert 2.0 < widths[400] / widths[3200] < 4.0
