@@ -19,7 +19,7 @@ from bensemble.app.report import Report, environment, markdown_table
 if TYPE_CHECKING:
     from bensemble.app.evaluate import Evaluation
 
-__all__ = ["planned_files", "write_evaluation"]
+__all__ = ["PngBytes", "planned_files", "png_bytes", "write_evaluation"]
 
 
 def planned_files(
@@ -93,7 +93,7 @@ def _figures(ev: Evaluation, n_bins: int) -> tuple[dict[str, Any], list[str]]:
         before = set(plt.get_fignums())
         try:
             fig = make()
-            figs[name] = _png(fig)
+            figs[name] = png_bytes(fig)
         except Exception as exc:  # noqa: BLE001 - a figure must not cost the user the numbers
             problems.append(
                 f"{name}.png left out ({type(exc).__name__}: {' '.join(str(exc).split())})"
@@ -104,7 +104,7 @@ def _figures(ev: Evaluation, n_bins: int) -> tuple[dict[str, Any], list[str]]:
     return figs, problems
 
 
-def _png(fig: Any, dpi: int = 120) -> bytes:
+def png_bytes(fig: Any, dpi: int = 120) -> bytes:
     """The figure as PNG bytes (drawn once; the file and the HTML share them)."""
     import io
 
@@ -113,7 +113,7 @@ def _png(fig: Any, dpi: int = 120) -> bytes:
     return buffer.getvalue()
 
 
-class _PngBytes:
+class PngBytes:
     """Hands ready PNG bytes to :meth:`Report.add_figure` (which calls ``savefig``)."""
 
     def __init__(self, data: bytes) -> None:
@@ -170,7 +170,7 @@ def write_evaluation(
         summary["versions"] = environment()
         report.add_json("summary", summary)
         for name, data in figs.items():
-            report.add_figure(name, _PngBytes(data), close=False)
+            report.add_figure(name, PngBytes(data), close=False)
         page = evaluation_page(ev, figs, extra=extra or {}, versions=summary["versions"])
         report.add_text("report.html", render_html(page))
         report.commit()

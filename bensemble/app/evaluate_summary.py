@@ -196,21 +196,25 @@ def summarise(ev: Evaluation, *, stage: Callable[[str], AbstractContextManager])
         )
     ev.notes = _notes(ev)
     first = ev.metrics[0]
+    difference = reported.get("scaled - unscaled", {}).get("nll")
+    eece = None if ev.ensemble is None else ev.ensemble["eece"]
+    cis = [
+        interval_of(ev.intervals, "unscaled", "ece"),
+        interval_of(ev.intervals, "scaled - unscaled", "nll"),
+        interval_of(ev.intervals, "ensemble", "eece"),
+    ]
     verdicts = [
-        calibration_verdict(
-            first["ece"], interval_of(ev.intervals, "unscaled", "ece"), null_q95=null_q95
-        ),
+        calibration_verdict(first["ece"], cis[0], null_q95=null_q95),
         scaling_verdict(
-            reported.get("scaled - unscaled", {}).get("nll"),
-            interval_of(ev.intervals, "scaled - unscaled", "nll"),
+            difference,
+            cis[1],
             before=first["nll"],
             after=ev.metrics[1]["nll"] if scaled else None,
             temperature=ev.temperature,
         ),
-        epistemic_verdict(
-            None if ev.ensemble is None else ev.ensemble["eece"],
-            interval_of(ev.intervals, "ensemble", "eece"),
-            members=s["members"],
-        ),
+        epistemic_verdict(eece, cis[2], members=s["members"]),
     ]
-    ev.verdicts = [verdict_dict(v, rule) for v, rule in zip(verdicts, RULES)]
+    values = (first["ece"], difference, eece)
+    ev.verdicts = [
+        verdict_dict(v, rule, x, ci) for v, rule, x, ci in zip(verdicts, RULES, values, cis)
+    ]

@@ -36,6 +36,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Any
 
 from bensemble.app.html import Verdict
 
@@ -157,6 +158,13 @@ def epistemic_verdict(
     return Verdict(QUESTIONS[2], "unclear", "warn", detail + " The interval holds the threshold.")
 
 
-def verdict_dict(verdict: Verdict, rule: str) -> dict[str, str]:
-    """A verdict as JSON-ready data, with the rule that produced it."""
-    return {**asdict(verdict), "rule": rule}
+def verdict_dict(
+    verdict: Verdict,
+    rule: str,
+    value: float | None = None,
+    ci: tuple[float, float] | None = None,
+) -> dict[str, Any]:
+    """A verdict as JSON-ready data, with the rule that produced it and the number it read
+    (``value``, ``ci_low``, ``ci_high``; ``None`` where there is none)."""
+    low, high = (None, None) if ci is None else ci
+    return {**asdict(verdict), "rule": rule, "value": value, "ci_low": low, "ci_high": high}
