@@ -55,7 +55,9 @@ from tqdm.auto import tqdm
 from bensemble import _progress
 from bensemble.app._folder import check_out_text, check_report_folder
 from bensemble.app._options import check_count, check_seed
-from bensemble.app.demo_data import ONE_VS_ALL_DIGIT, digits_runs, toy_runs
+from bensemble.app.demo_data import ONE_VS_ALL_DIGIT
+from bensemble.app.demo_data import digits_runs as _digits_runs
+from bensemble.app.demo_data import toy_runs as _toy_runs
 from bensemble.app.demo_figures import (
     epistemic_figure,
     figure_runs,
@@ -228,7 +230,7 @@ def run_demo(
                 total=total, desc="bensemble demo", unit="method", enabled=progress
             ) as bar,
         ):
-            toy, toy_setup, (grid_x, x_tr, y_tr) = toy_runs(config, seed, settings, bar)
+            toy, toy_setup, (grid_x, x_tr, y_tr) = _toy_runs(config, seed, settings, bar)
             title = (
                 f"Toy Gaussians ({toy_setup['train']} training points): test-set metrics before "
                 f"and after temperature scaling; TECE against the true P(y|x); LAC conformal sets "
@@ -247,7 +249,7 @@ def run_demo(
             summary["toy"] = {"setup": toy_setup, "fits": {r.label: r.fit for r in toy}}
             summary["toy"]["verdicts"] = {r.label: r.verdicts for r in toy}
 
-            digits, digit_setup = digits_runs(config, seed, settings, bar)
+            digits, digit_setup = _digits_runs(config, seed, settings, bar)
             title = (
                 "Digits (load_digits, 10 classes): test-set metrics before and after temperature "
                 f"scaling; binary-only methods run one-vs-all ({ONE_VS_ALL_DIGIT} vs rest); LAC "

@@ -72,8 +72,9 @@ class Evaluation:
     Attributes:
         setup: Sizes and options (``members``, ``samples``, ``classes``, split sizes, ...).
         metrics: One row per stage (``"unscaled"``, and ``"temperature-scaled"`` with a split):
-            ``n``, ``accuracy``, ``nll``, ``brier``, ``ece``, ``classwise_ece``,
-            ``error_auroc``, ``aurc`` (:mod:`bensemble.app.evaluate_stats`).
+            ``n``, ``accuracy``, ``nll``, ``brier``, ``ece``, ``classwise_ece``.
+        selective: One row per stage: ``error_auroc`` (misclassification AUROC) and ``aurc``
+            (:mod:`bensemble.app.evaluate_stats`).
         ensemble: For ``M > 1``: ``members``, ``mean_total``, ``mean_aleatoric``,
             ``mean_epistemic`` (nats, entropy decomposition), ``mean_member_variance`` and
             ``eece``; else ``None`` (definitions:
@@ -105,6 +106,7 @@ class Evaluation:
     member_probs: torch.Tensor = field(repr=False)
     labels: torch.Tensor = field(repr=False)
     eece_details: Any = field(default=None, repr=False)
+    selective: list[dict[str, Any]] = field(default_factory=list)
     intervals: list[dict[str, Any]] = field(default_factory=list)
     per_class: list[dict[str, Any]] | None = None
     notes: list[str] = field(default_factory=list)
@@ -117,6 +119,7 @@ class Evaluation:
             "setup": dict(self.setup),
             "temperature": self.temperature,
             "metrics": [dict(r) for r in self.metrics],
+            "selective": [dict(r) for r in self.selective],
             "ensemble": None if self.ensemble is None else dict(self.ensemble),
             "conformal": None if self.conformal is None else dict(self.conformal),
             "intervals": [dict(r) for r in self.intervals],
@@ -129,6 +132,7 @@ class Evaluation:
         """``(name, title, rows)`` for each table of the report, in print order."""
         part = "test part" if self.temperature is not None else "all samples"
         out = [("metrics", f"Ensemble-mean prediction ({part})", self.metrics)]
+        out.append(("selective", f"Misclassification detection ({part})", self.selective))
         if self.ensemble is not None:
             out.append(("ensemble", f"Member disagreement ({part})", [self.ensemble]))
         if self.conformal is not None:
@@ -191,7 +195,6 @@ def _scores(probs: torch.Tensor, labels: torch.Tensor, n_bins: int) -> dict[str,
         "brier": M.brier_score(probs, labels),
         "ece": M.expected_calibration_error(probs, labels, n_bins=n_bins),
         "classwise_ece": M.classwise_calibration_error(probs, labels, n_bins=n_bins),
-        **selective_scores(probs, labels),
     }
 
 
@@ -284,6 +287,7 @@ def evaluate_predictions(
         p_test, y_test, members_test = mean[test], y[test], p[:, test]
         rows = [{"stage": "unscaled", "part": "all" if calibration_split is None else "test"}]
         rows[0].update(_scores(p_test, y_test, n_bins))
+        selective = [{"stage": "unscaled", **selective_scores(p_test, y_test)}]
 
     if calibration_split is not None:
         from bensemble.calibration import CalibrationFitError, TemperatureScaling
@@ -315,6 +319,7 @@ def evaluate_predictions(
             row = {"stage": f"temperature-scaled (T={temperature:.3f})", "part": "test"}
             row.update(_scores(scaled, y_test, n_bins))
             rows.append(row)
+            selective.append({"stage": row["stage"], **selective_scores(scaled, y_test)})
 
         with stage("conformal sets"):
             generator = torch.Generator().manual_seed(seed)
@@ -374,6 +379,7 @@ def evaluate_predictions(
         labels=y_test,
         eece_details=eece_details,
         sets=sets,
+        selective=selective,
     )
     from bensemble.app.evaluate_summary import summarise
 

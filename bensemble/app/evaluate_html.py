@@ -97,7 +97,12 @@ def evaluation_page(
         HtmlSection(
             "Calibration and accuracy",
             tables=table("metrics") + table("intervals"),
-            figures=figs("reliability", "reliability_scaled", "risk_coverage"),
+            figures=figs("reliability", "reliability_scaled"),
+        )
+    )
+    sections.append(
+        HtmlSection(
+            "Selective prediction", tables=table("selective"), figures=figs("risk_coverage")
         )
     )
     if ev.ensemble is not None:

@@ -33,7 +33,8 @@ def planned_files(
         per_class: at most 20 classes (the ``per_class`` table).
         intervals: ``--bootstrap`` above 0 (the ``intervals`` table).
     """
-    names = ["metrics"] + (["ensemble"] if ensemble else []) + (["conformal"] if split else [])
+    names = ["metrics", "selective"] + (["ensemble"] if ensemble else [])
+    names += ["conformal"] if split else []
     names += (["intervals"] if intervals else []) + (["per_class"] if per_class else [])
     files = [f"{t}{ext}" for t in names for ext in (".md", ".csv", ".json")]
     files += ["summary.json", "report.html", "reliability.png"]

@@ -54,6 +54,8 @@ TABLE_NOTES: dict[str, tuple[str, ...]] = {
         "(log(p + 1e-8)). brier: mean sum_k (p_k - [y = k])^2. ece: top-label expected "
         "calibration error (equal-width bins). classwise_ece: mean over classes of the binned "
         "calibration error of p_k.",
+    ),
+    "selective": (
         "error_auroc: misclassification AUROC of the score 1 - max_k p_k (0.5 = chance, 1 = every "
         "error ranked above every correct prediction). aurc: area under the risk-coverage curve "
         "of the confidence max_k p_k (lower is better).",
@@ -164,7 +166,7 @@ def _notes(ev: Evaluation) -> list[str]:
                 f"Temperature scaling made the held-out NLL worse ({before:.4f} -> {after:.4f}): "
                 "keep the unscaled prediction, or fit T on more data."
             )
-    if any(row.get("error_auroc") is None for row in ev.metrics):
+    if any(row.get("error_auroc") is None for row in ev.selective):
         out.append("No misclassification AUROC: the reported part has no error (or only errors).")
     if ev.ensemble is not None and ev.intervals and ev.ensemble["eece_seeds"] > 1:
         out.append("The EECE interval uses the first K-means seed's partition.")
@@ -177,9 +179,9 @@ def summarise(ev: Evaluation, *, stage: Callable[[str], AbstractContextManager])
 
     s = ev.setup
     scaled = ev.temperature is not None
-    reported: dict[str, dict[str, Any]] = {"unscaled": ev.metrics[0]}
+    reported: dict[str, dict[str, Any]] = {"unscaled": {**ev.metrics[0], **ev.selective[0]}}
     if scaled:
-        reported["temperature-scaled"] = ev.metrics[1]
+        reported["temperature-scaled"] = {**ev.metrics[1], **ev.selective[1]}
         reported["scaled - unscaled"] = {"nll": ev.metrics[1]["nll"] - ev.metrics[0]["nll"]}
     reported["conformal"] = ev.conformal or {}
     reported["ensemble"] = ev.ensemble or {}

@@ -100,7 +100,9 @@ def test_every_headline_number_has_an_interval_around_the_reported_value(split_r
     _, result, _ = split_run
     rows = {(r["stage"], r["metric"]): r for r in result["intervals"]}
     metrics = ("accuracy", "nll", "brier", "ece", "classwise_ece", "error_auroc", "aurc")
-    for stage, row in zip(("unscaled", "temperature-scaled"), result["metrics"]):
+    stages = ("unscaled", "temperature-scaled")
+    for stage, row, sel in zip(stages, result["metrics"], result["selective"]):
+        row = {**row, **sel}
         for metric in metrics:
             got = rows[(stage, metric)]
             assert got["value"] == row[metric]
@@ -116,7 +118,10 @@ def test_all_ones_weights_reproduce_every_reported_number(members):
     probs, labels = _members(m=members, n=240, k=3, seed=4)
     ev = evaluate_predictions(probs, labels, calibration_split=0.5, bootstrap=0, seed=2)
     got = bootstrap_plan(ev).evaluate(torch.ones(1, ev.labels.shape[0]))
-    reported = {"unscaled": ev.metrics[0], "temperature-scaled": ev.metrics[1]}
+    reported = {
+        "unscaled": {**ev.metrics[0], **ev.selective[0]},
+        "temperature-scaled": {**ev.metrics[1], **ev.selective[1]},
+    }
     reported["conformal"] = ev.conformal
     reported["ensemble"] = ev.ensemble or {}
     reported["scaled - unscaled"] = {"nll": ev.metrics[1]["nll"] - ev.metrics[0]["nll"]}
