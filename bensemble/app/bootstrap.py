@@ -48,6 +48,7 @@ __all__ = [
     "DEFAULT_BOOTSTRAP",
     "LEVEL",
     "MAX_BOOTSTRAP",
+    "MAX_DESIGN_ENTRIES",
     "BootstrapPlan",
     "calibrated_ece_null",
     "check_bootstrap",
@@ -62,6 +63,9 @@ MAX_BOOTSTRAP = 100_000
 #: Coverage of the percentile intervals.
 LEVEL = 0.95
 _BLOCK_ENTRIES = 1 << 23
+#: Most non-zero entries of the sparse design (about 1.6 GB with its indices); a statistic that
+#: would exceed it is skipped (:meth:`BootstrapPlan.room`) and reported without an interval.
+MAX_DESIGN_ENTRIES = 1 << 26
 _F64 = torch.float64
 
 
@@ -124,6 +128,7 @@ class _Design:
         self.cols: list[np.ndarray] = []
         self.vals: list[np.ndarray] = []
         self.size = 0
+        self.entries = 0
 
     def add(self, ids: torch.Tensor, points: torch.Tensor, values: torch.Tensor, slots: int):
         start = self.size
@@ -131,6 +136,7 @@ class _Design:
         self.cols.append(points.reshape(-1).to(torch.int64).numpy())
         self.vals.append(values.reshape(-1).to(_F64).numpy())
         self.size += slots
+        self.entries += self.vals[-1].shape[0]
         return slice(start, start + slots)
 
     def matrix(self):
@@ -157,8 +163,18 @@ class BootstrapPlan:
         self._binned: dict[str, Any] = {}
         self._ranked: dict[str, Any] = {}
         self._names: list[str] = []  # registration order
+        #: statistics left out because their design would not fit (:meth:`room`)
+        self.skipped: list[str] = []
 
     # ------------------------------------------------------------------ registration
+    def room(self, name: str, entries: int) -> bool:
+        """Whether a statistic of ``entries`` design entries fits :data:`MAX_DESIGN_ENTRIES`;
+        if not, ``name`` is added to :attr:`skipped` (the caller registers nothing)."""
+        if self._design.entries + entries <= MAX_DESIGN_ENTRIES:
+            return True
+        self.skipped.append(name)
+        return False
+
     def _points(self, repeat: int = 1) -> torch.Tensor:
         return torch.arange(self.n).repeat_interleave(repeat)
 

@@ -71,11 +71,12 @@ def _figures(ev: Evaluation, n_bins: int) -> tuple[dict[str, Any], list[str]]:
         if ev.scaled_probs is not None:
             curves[f"T = {ev.temperature:.3f}"] = ev.scaled_probs
         for name, probs in curves.items():
-            conf, pred = probs.max(1)
-            correct = (probs.argmax(1) == ev.labels).to(torch.float64)
-            plots.RiskCoverageDisplay.from_predictions(
-                conf.to(torch.float64), correct, name=name
-            ).plot(ax=ax)
+            pred = probs.argmax(1)
+            conf = probs.gather(1, pred[:, None]).squeeze(1).to(torch.float64)
+            correct = (pred == ev.labels).to(torch.float64)
+            display = plots.RiskCoverageDisplay.from_predictions(conf, correct, name=name)
+            display.plot(ax=ax)
+        ax.set_title("Risk-coverage (confidence: max_k p_k)")
         return fig
 
     makers: dict[str, Any] = {}

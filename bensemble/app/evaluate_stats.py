@@ -74,8 +74,9 @@ def register_stage(
     plan.binned_gap(
         f"{prefix}:ece", uniform_bin_ids(conf, n_bins), correct - conf.to(_F64), n_bins + 1
     )
-    ids = uniform_bin_ids(probs, n_bins)
-    plan.binned_gap(f"{prefix}:classwise_ece", ids, onehot - p64, n_bins + 1)
+    if plan.room(f"{prefix}:classwise_ece", probs.numel()):
+        ids = uniform_bin_ids(probs, n_bins)
+        plan.binned_gap(f"{prefix}:classwise_ece", ids, onehot - p64, n_bins + 1)
     plan.selective(f"{prefix}:error_auroc", f"{prefix}:aurc", conf.to(_F64), correct)
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from bensemble.app.bootstrap import BootstrapPlan, calibrated_ece_null
+from bensemble.app.bootstrap import MAX_DESIGN_ENTRIES, BootstrapPlan, calibrated_ece_null
 from bensemble.app.evaluate_stats import (
     eece_partition,
     per_class_rows,
@@ -118,7 +118,10 @@ def bootstrap_plan(ev: Evaluation) -> BootstrapPlan:
         plan.mean("ensemble:mean_epistemic", epistemic)
         variance = ev.member_probs.to(torch.float64).var(0, unbiased=False).mean(1)
         plan.mean("ensemble:mean_member_variance", variance)
-        plan.eece("ensemble:eece", **eece_partition(ev.member_probs, labels, ev.eece_details))
+        m, n, k = ev.member_probs.shape
+        if plan.room("ensemble:eece", (m + 3) * n * k):
+            partition = eece_partition(ev.member_probs, labels, ev.eece_details)
+            plan.eece("ensemble:eece", **partition)
     return plan
 
 
@@ -185,11 +188,12 @@ def summarise(ev: Evaluation, *, stage: Callable[[str], AbstractContextManager])
         reported["scaled - unscaled"] = {"nll": ev.metrics[1]["nll"] - ev.metrics[0]["nll"]}
     reported["conformal"] = ev.conformal or {}
     reported["ensemble"] = ev.ensemble or {}
-    null_q95 = None
+    null_q95, skipped = None, []
     if s["bootstrap"] > 0:
         with stage(f"bootstrap ({s['bootstrap']} replicates)"):
-            replicates = bootstrap_plan(ev).run(s["bootstrap"], seed=s["seed"])
-            ev.intervals = stage_intervals(replicates, reported)
+            plan = bootstrap_plan(ev)
+            ev.intervals = stage_intervals(plan.run(s["bootstrap"], seed=s["seed"]), reported)
+            skipped = plan.skipped
             null_q95 = _calibrated_q95(ev)
     s["ece_calibrated_q95"] = null_q95
     if s["classes"] <= MAX_PER_CLASS:
@@ -197,6 +201,12 @@ def summarise(ev: Evaluation, *, stage: Callable[[str], AbstractContextManager])
             ev.probs, ev.labels, s["n_bins"], scaled=ev.scaled_probs, sets=ev.sets
         )
     ev.notes = _notes(ev)
+    if skipped:
+        ev.notes.append(
+            f"No interval for {', '.join(skipped)}: its bootstrap would need more than "
+            f"{MAX_DESIGN_ENTRIES:,} sparse entries (samples x classes x members); the value is "
+            "reported without one."
+        )
     first = ev.metrics[0]
     difference = reported.get("scaled - unscaled", {}).get("nll")
     eece = None if ev.ensemble is None else ev.ensemble["eece"]

@@ -73,7 +73,9 @@ RULES = (
     f"{EECE_THRESHOLD}; no if its lower end is above {EECE_THRESHOLD}; unclear otherwise; n/a "
     "for a single model.",
 )
-_POINT_ONLY = " No bootstrap (--bootstrap 0): the answer ignores sampling noise."
+_POINT_ONLY = (
+    " No interval (--bootstrap 0, or one too large to compute): the answer ignores sampling noise."
+)
 
 
 def _ends(value: float, ci: tuple[float, float] | None) -> tuple[float, float, str]:

@@ -141,7 +141,7 @@ def test_bootstrap_zero_disables_intervals(tmp_path, capsys):
     result = json.loads(stdout)
     assert result["intervals"] == [] and result["setup"]["bootstrap"] == 0
     assert not (out / "intervals.csv").exists()
-    assert "No bootstrap" in result["verdicts"][0]["detail"]
+    assert "No interval" in result["verdicts"][0]["detail"]
 
 
 def test_intervals_are_seeded(tmp_path):
@@ -238,3 +238,16 @@ def test_one_progress_line_per_stage_on_a_terminal(tmp_path, capsys, monkeypatch
         "evaluate: bootstrap (20 replicates)",
     ]
     assert all(re.fullmatch(r".* \.\.\. \d+\.\d s", line) for line in lines)
+
+
+def test_a_statistic_too_large_for_the_design_is_skipped_with_a_note(monkeypatch):
+    import bensemble.app.bootstrap as B
+
+    probs, labels = _members(m=3, n=200, k=4)
+    # room for the means, ECE bins and the classwise ECE (n * K each), not for the EECE
+    monkeypatch.setattr(B, "MAX_DESIGN_ENTRIES", 4000)
+    ev = evaluate_predictions(probs, labels, bootstrap=20)
+    metrics = {(r["stage"], r["metric"]) for r in ev.intervals}
+    assert ("ensemble", "eece") not in metrics and ("unscaled", "ece") in metrics
+    assert any("No interval for ensemble:eece" in note for note in ev.notes)
+    assert ev.verdicts[2]["ci_low"] is None and "No interval" in ev.verdicts[2]["detail"]

@@ -35,7 +35,7 @@ def test_calibration_rule(ece, ci, null, answer, status):
     v = calibration_verdict(ece, ci, null_q95=null)
     assert (v.answer, v.status) == (answer, status)
     assert f"{ece:.4f}" in v.detail and str(T) in v.detail
-    assert ("No bootstrap" in v.detail) == (ci is None)
+    assert ("No interval" in v.detail) == (ci is None)
 
 
 def test_calibration_rule_edges_are_strict():
