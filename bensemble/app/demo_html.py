@@ -37,8 +37,8 @@ from bensemble.app.verdict import (
 
 __all__ = ["DatasetPage", "add_figures", "demo_page", "method_verdicts"]
 
-_SHORT = ("calibrated?", "scaling helped?", "epistemically calibrated?")
-_EVIDENCE = ("ECE [95% CI]", "NLL after - before [95% CI]", "EECE [95% CI]")
+_SHORT = ("calibrated?", "scaling helped?", "epistemic?")
+_EVIDENCE = ("ECE [95% CI]", "NLL change [95% CI]", "EECE [95% CI]")
 
 
 def method_verdicts(
@@ -142,8 +142,8 @@ def _with_ci(v: dict[str, Any]) -> str | None:
     if v["value"] is None:
         return None
     if v["ci_low"] is None:
-        return f"{v['value']:.4f}"
-    return f"{v['value']:.4f} [{v['ci_low']:.4f}, {v['ci_high']:.4f}]"
+        return f"{v['value']:.3f}"
+    return f"{v['value']:.3f} [{v['ci_low']:.3f}, {v['ci_high']:.3f}]"
 
 
 def _verdict_rows(page: DatasetPage) -> list[dict[str, Any]]:
@@ -193,7 +193,15 @@ def demo_page(
                 page.title,
                 notes=notes,
                 tables=[
-                    HtmlTable(f"{page.name}: verdicts per method", _verdict_rows(page)),
+                    HtmlTable(
+                        f"{page.name}: verdicts per method",
+                        _verdict_rows(page),
+                        notes=[
+                            "epistemic? asks whether the members' uncertainties are "
+                            "epistemically calibrated; NLL change is after - before scaling "
+                            "(paired bootstrap)."
+                        ],
+                    ),
                     HtmlTable(f"{page.name}: test-set metrics", rows),
                 ],
                 figures=figures,
