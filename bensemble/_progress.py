@@ -3,16 +3,19 @@
 Every progress bar in the package goes through :func:`progress`: a tqdm bar on ``sys.stderr``
 that tqdm switches off by itself when stderr is not a terminal (``disable=None``), so a CI log,
 a redirected ``2> file`` or a pipe gets no carriage-return noise. In Jupyter, ``tqdm.auto``
-draws its widget as usual.
+draws its widget as usual. :func:`stage` times one stage of a command and writes one line with
+its time, under the same rule.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["progress"]
+__all__ = ["progress", "stage"]
 
 
 def progress(
@@ -48,3 +51,23 @@ def progress(
 
     kwargs.setdefault("file", sys.stderr)
     return tqdm(iterable, desc=desc, total=total, disable=None if enabled else True, **kwargs)
+
+
+@contextmanager
+def stage(label: str, *, enabled: bool = True, prefix: str = "") -> Iterator[None]:
+    """Time one stage of a command and write ``prefix: label ... 0.4 s`` on stderr when it ends.
+
+    Like the bars, the line is written only when ``enabled`` and stderr is a terminal, so logs,
+    pipes and tests see nothing. Nothing is written for a stage that raised.
+
+    Example:
+        >>> with stage("temperature scaling", prefix="evaluate"):  # not a terminal: silent
+        ...     pass
+    """
+    start = time.perf_counter()
+    yield
+    isatty = getattr(sys.stderr, "isatty", None)
+    if enabled and callable(isatty) and isatty():
+        head = f"{prefix}: " if prefix else ""
+        sys.stderr.write(f"{head}{label} ... {time.perf_counter() - start:.1f} s\n")
+        sys.stderr.flush()

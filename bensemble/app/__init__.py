@@ -2,7 +2,12 @@
 
 * :mod:`bensemble.app.demo` - the paper's methods on embedded data (``make demo``);
 * :mod:`bensemble.app.evaluate` - metrics, uncertainty, temperature scaling and conformal sets
-  for a user's saved predictions;
+  for a user's saved predictions (its command line: :mod:`bensemble.app.evaluate_cli`; its
+  intervals, notes and verdicts: :mod:`bensemble.app.evaluate_summary`);
+* :mod:`bensemble.app.bootstrap` - vectorised percentile bootstrap intervals of the headline
+  metrics; :mod:`bensemble.app.verdict` - the rules behind the report's three questions;
+* :mod:`bensemble.app.evaluate_html` / :mod:`bensemble.app.demo_html` - the ``report.html`` pages
+  (rendered by :mod:`bensemble.app.html`);
 * :mod:`bensemble.app.report` - the report writer (tables as Markdown/CSV/JSON, figures);
 * :mod:`bensemble.app._folder` / :mod:`bensemble.app._options` - report folders and option checks.
 

@@ -32,7 +32,12 @@ The report folder gets ``toy`` and ``digits`` tables (``.md``, ``.csv``, ``.json
 ``summary.json`` (settings, temperatures, the NLL on the temperature-fitting half before and
 after scaling, elapsed time, files) and PNG figures: reliability diagrams before / after,
 epistemic reliability diagrams before / after, and on the toy data maps of ``EU(x) = Var_h h(x)``
-beside the true per-x error ``E_h[(eta(x) - h(x))^2]`` (the paper's figures 2 and 6).
+beside the true per-x error ``E_h[(eta(x) - h(x))^2]`` (the paper's figures 2 and 6). A
+self-contained ``report.html`` shows the same tables and figures (the same PNG bytes, embedded)
+under a verdict block: per dataset and method, is the pooled prediction calibrated, did
+temperature scaling help on the test set, are the members epistemically calibrated - each
+answered by the rules of :mod:`bensemble.app.verdict` with 95% bootstrap intervals
+(:mod:`bensemble.app.demo_html`).
 """
 
 from __future__ import annotations
@@ -50,20 +55,24 @@ from tqdm.auto import tqdm
 from bensemble import _progress
 from bensemble.app._folder import check_out_text, check_report_folder
 from bensemble.app._options import check_count, check_seed
+from bensemble.app.demo_data import ONE_VS_ALL_DIGIT
+from bensemble.app.demo_data import digits_runs as _digits_runs
+from bensemble.app.demo_data import toy_runs as _toy_runs
 from bensemble.app.demo_figures import (
-    FIGURE_METHODS,
     epistemic_figure,
     figure_runs,
     maps_figure,
     reliability_figure,
 )
+from bensemble.app.demo_html import DatasetPage, add_figures, demo_page
 from bensemble.app.demo_protocol import (
     ALPHA,
     ECE_BINS,
-    _eece_bins,
-    _evaluate_method,
+    _eece_bins,  # noqa: F401 - part of the module's tested surface
+    _evaluate_method,  # noqa: F401
     _MethodRun,
 )
+from bensemble.app.html import render_html
 from bensemble.app.report import Report, environment, format_table
 
 if TYPE_CHECKING:
@@ -79,8 +88,6 @@ __all__ = [
     "run_demo_command",
 ]
 
-#: The digit the binary-only methods separate from the other nine.
-ONE_VS_ALL_DIGIT = 8
 #: Methods whose members are 10-class on digits.
 DIGITS_MULTICLASS = ("DropConnect", "Random Forest", "MC-Dropout", "Deep Ensemble", "Bayesian Deep")
 #: Binary-only methods, run one-vs-all on digits.
@@ -147,89 +154,6 @@ class DemoResult:
     summary: dict[str, Any]
     files: list[Path]
     elapsed: float
-
-
-# ----------------------------------------------------------------------------- datasets
-def _toy_runs(config: DemoConfig, seed: int, settings: ZooSettings, bar: Any) -> tuple:
-    from bensemble.conformal import split_calibration
-    from bensemble.datasets import make_toy_gaussians, make_toy_grid
-    from bensemble.experiments.zoo import PAPER_ORDER, member_probs
-
-    g = torch.Generator().manual_seed(seed)
-    train = make_toy_gaussians(config.toy_train, generator=g)
-    cal = make_toy_gaussians(config.toy_calibration, generator=g)
-    test = make_toy_gaussians(config.toy_test, generator=g)
-    grid = make_toy_grid(config.grid_per_axis, generator=g)
-    parts = split_calibration(cal.y, seed=seed)
-    x_eval = torch.cat([cal.x, test.x, grid.x])
-    n_cal, n_test = len(cal), len(test)
-    runs = []
-    methods = PAPER_ORDER if config.toy_methods is None else config.toy_methods
-    for method in [m for m in PAPER_ORDER if m in methods]:
-        bar.set_postfix_str(f"toy: {method}")
-        members = member_probs(method, train.x, train.y, x_eval, settings=settings, seed=seed)
-        run = _evaluate_method(
-            method, members, n_cal, cal.y, test.y, parts, eta_test=test.eta, seed=seed
-        )
-        if method in FIGURE_METHODS:
-            h = members[:, n_cal + n_test :, 1]  # members' P(y = 1 | x) on the grid
-            run.maps = {
-                "EU(x)": h.var(dim=0, unbiased=False),
-                "E_h[(eta(x) - h(x))^2]": ((grid.eta[None, :] - h) ** 2).mean(dim=0),
-            }
-        runs.append(run)
-        bar.update(1)
-    setup = {
-        "train": len(train),
-        "calibration": n_cal,
-        "temperature_part": len(parts.temperature),
-        "conformal_part": len(parts.conformal),
-        "test": n_test,
-        "grid": f"{config.grid_per_axis}x{config.grid_per_axis} on [-8, 8]^2",
-        "eece_bins": _eece_bins(n_test),
-    }
-    return runs, setup, (grid.x, train.x, train.y)
-
-
-def _digits_runs(config: DemoConfig, seed: int, settings: ZooSettings, bar: Any) -> tuple:
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    from bensemble.conformal import split_calibration
-    from bensemble.experiments.zoo import PAPER_ORDER, member_probs
-
-    data = load_digits()
-    x = torch.tensor(data.data / 16.0, dtype=torch.float32)
-    y = torch.tensor(data.target, dtype=torch.int64)
-    idx = torch.arange(len(y)).numpy()
-    train, rest = train_test_split(idx, test_size=0.4, random_state=seed, stratify=data.target)
-    cal, test = train_test_split(rest, test_size=0.5, random_state=seed, stratify=data.target[rest])
-    parts = split_calibration(y[cal], stratify=True, seed=seed)
-    x_eval = torch.cat([x[cal], x[test]])
-    runs = []
-    tasks = [(m, None) for m in PAPER_ORDER if m in config.digits_methods]
-    tasks += [(m, ONE_VS_ALL_DIGIT) for m in PAPER_ORDER if m in config.digits_binary_methods]
-    for method, digit in tasks:
-        yy = y if digit is None else (y == digit).to(torch.int64)
-        label = method if digit is None else f"{method} ({digit} vs rest)"
-        bar.set_postfix_str(f"digits: {label}")
-        members = member_probs(method, x[train], yy[train], x_eval, settings=settings, seed=seed)
-        runs.append(
-            _evaluate_method(
-                label, members, len(cal), yy[cal], yy[test], parts, eta_test=None, seed=seed
-            )
-        )
-        bar.update(1)
-    setup = {
-        "train": len(train),
-        "calibration": len(cal),
-        "temperature_part": len(parts.temperature),
-        "conformal_part": len(parts.conformal),
-        "test": len(test),
-        "eece_bins": _eece_bins(len(test)),
-        "one_vs_all_digit": ONE_VS_ALL_DIGIT,
-    }
-    return runs, setup
 
 
 # ----------------------------------------------------------------------------- the run
@@ -306,35 +230,47 @@ def run_demo(
                 total=total, desc="bensemble demo", unit="method", enabled=progress
             ) as bar,
         ):
-            toy_runs, toy_setup, (grid_x, x_tr, y_tr) = _toy_runs(config, seed, settings, bar)
+            toy, toy_setup, (grid_x, x_tr, y_tr) = _toy_runs(config, seed, settings, bar)
             title = (
                 f"Toy Gaussians ({toy_setup['train']} training points): test-set metrics before "
                 f"and after temperature scaling; TECE against the true P(y|x); LAC conformal sets "
                 f"at alpha = {ALPHA}"
             )
-            tables["toy"] = _emit(report, "toy", title, toy_setup, toy_runs)
-            fig_runs = figure_runs(toy_runs)
-            report.add_figure("toy_reliability", reliability_figure(fig_runs))
-            report.add_figure("toy_epistemic_reliability", epistemic_figure(fig_runs))
+            tables["toy"] = _emit(report, "toy", title, toy_setup, toy)
+            fig_runs = figure_runs(toy)
+            figs = {
+                "toy_reliability": reliability_figure(fig_runs),
+                "toy_epistemic_reliability": epistemic_figure(fig_runs),
+            }
             map_runs = [r for r in fig_runs if r.maps is not None]
             if map_runs:
-                report.add_figure("toy_eu_maps", maps_figure(map_runs, grid_x, x_tr, y_tr))
-            summary["toy"] = {"setup": toy_setup, "fits": {r.label: r.fit for r in toy_runs}}
+                figs["toy_eu_maps"] = maps_figure(map_runs, grid_x, x_tr, y_tr)
+            pages = [DatasetPage("Toy", title, toy_setup, toy, add_figures(report, figs))]
+            summary["toy"] = {"setup": toy_setup, "fits": {r.label: r.fit for r in toy}}
+            summary["toy"]["verdicts"] = {r.label: r.verdicts for r in toy}
 
-            digit_runs, digit_setup = _digits_runs(config, seed, settings, bar)
+            digits, digit_setup = _digits_runs(config, seed, settings, bar)
             title = (
                 "Digits (load_digits, 10 classes): test-set metrics before and after temperature "
                 f"scaling; binary-only methods run one-vs-all ({ONE_VS_ALL_DIGIT} vs rest); LAC "
                 f"conformal sets at alpha = {ALPHA}"
             )
-            tables["digits"] = _emit(report, "digits", title, digit_setup, digit_runs)
-            fig_runs = figure_runs(digit_runs)
-            report.add_figure("digits_reliability", reliability_figure(fig_runs))
-            report.add_figure("digits_epistemic_reliability", epistemic_figure(fig_runs))
+            tables["digits"] = _emit(report, "digits", title, digit_setup, digits)
+            fig_runs = figure_runs(digits)
+            figs = {
+                "digits_reliability": reliability_figure(fig_runs),
+                "digits_epistemic_reliability": epistemic_figure(fig_runs),
+            }
+            pages.append(
+                DatasetPage("Digits", title, digit_setup, digits, add_figures(report, figs))
+            )
             summary["digits"] = {
                 "setup": digit_setup,
-                "fits": {r.label: r.fit for r in digit_runs},
+                "fits": {r.label: r.fit for r in digits},
+                "verdicts": {r.label: r.verdicts for r in digits},
             }
+            page = demo_page(pages, versions=summary["versions"], settings={"seed": seed})
+            report.add_text("report.html", render_html(page))
         elapsed = time.perf_counter() - start
         summary["elapsed_s"] = round(elapsed, 2)
         summary["files"] = sorted(p.name for p in report.files) + ["summary.json"]

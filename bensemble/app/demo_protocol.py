@@ -2,14 +2,15 @@
 
 :func:`_evaluate_method` cuts the calibration set in two halves (temperature / conformal), fits
 temperature scaling on the pooled prediction, calibrates split-conformal LAC sets, and scores the
-test set before and after scaling (:func:`_stage`).
+test set before and after scaling (:func:`_stage`); it then answers the report's three questions
+with bootstrap intervals (:func:`bensemble.app.demo_html.method_verdicts`).
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -35,6 +36,7 @@ class _MethodRun:
     probs: dict[str, torch.Tensor]
     details: dict[str, Any]
     maps: dict[str, torch.Tensor] | None = None
+    verdicts: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _eece_bins(n: int) -> int:
@@ -134,4 +136,16 @@ def _evaluate_method(
         temperature = fit["temperature"] if stage == "after" else None
         rows.append({"method": label, "stage": stage, "T": temperature, **scores})
         probs[stage] = p[n_cal:]
-    return _MethodRun(label, rows, fit, y_test, probs, details)
+    run = _MethodRun(label, rows, fit, y_test, probs, details)
+    from bensemble.app.demo_html import method_verdicts
+
+    run.verdicts = method_verdicts(
+        members[:, n_cal:],
+        probs["before"],
+        probs.get("after"),
+        y_test,
+        details["before"],
+        n_bins=ECE_BINS,
+        seed=seed,
+    )
+    return run

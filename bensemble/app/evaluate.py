@@ -23,44 +23,46 @@ the temperature breaks the split-conformal guarantee):
 The temperature acts on the pooled prediction only; member-level quantities (the uncertainty
 decomposition and EECE) are those of the unscaled members.
 
-The command-line wrapper (:func:`run_evaluate`) validates every input before it creates the
-report folder, never writes over an input file, and writes each file atomically.
+Every headline number gets a 95% percentile bootstrap interval over the reported part
+(``bootstrap`` replicates, seeded by ``seed``; :mod:`bensemble.app.bootstrap`); the three
+questions at the top of the report are answered by the rules of :mod:`bensemble.app.verdict`.
+
+The command line (:mod:`bensemble.app.evaluate_cli`, re-exported here: :func:`run_evaluate`,
+:func:`add_evaluate_parser`) validates every input before it creates the report folder, never
+writes over an input file, and writes each file atomically.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from bensemble import _progress
 from bensemble import _validation as V
-from bensemble.app._folder import check_out_text, check_report_folder
 from bensemble.app._options import check_seed
+from bensemble.app.bootstrap import DEFAULT_BOOTSTRAP, check_bootstrap
 from bensemble.app.evaluate_report import planned_files, write_evaluation
-from bensemble.app.report import format_table, to_json
-from bensemble.io import InputError, load_labels, load_predictions, renormalised, split_key
+from bensemble.app.evaluate_stats import selective_scores
+from bensemble.io import renormalised
 
 __all__ = [
     "Evaluation",
-    "add_evaluate_parser",
+    "add_evaluate_parser",  # noqa: F822 - from evaluate_cli, on first use (__getattr__)
     "evaluate_predictions",
     "planned_files",
-    "run_evaluate",
+    "run_evaluate",  # noqa: F822 - from evaluate_cli, on first use (__getattr__)
     "split_indices",
     "write_evaluation",
 ]
 
-PROG = "bensemble evaluate"
-DEFAULT_OUT = "bensemble-report"
-#: Most ECE bins the command accepts (far beyond any sample size it can score in memory).
-MAX_BINS = 10**6
 CONFORMAL_SCORES = ("lac", "aps", "raps")
+#: Below this many points a calibration part (temperature or conformal) gets a note.
+SMALL_PART = 200
+#: Most classes for which the report has a per-class table.
+MAX_PER_CLASS = 20
 
 
 @dataclass
@@ -71,10 +73,14 @@ class Evaluation:
         setup: Sizes and options (``members``, ``samples``, ``classes``, split sizes, ...).
         metrics: One row per stage (``"unscaled"``, and ``"temperature-scaled"`` with a split):
             ``n``, ``accuracy``, ``nll``, ``brier``, ``ece``, ``classwise_ece``.
+        selective: One row per stage: ``error_auroc`` (misclassification AUROC) and ``aurc``
+            (:mod:`bensemble.app.evaluate_stats`).
         ensemble: For ``M > 1``: ``members``, ``mean_total``, ``mean_aleatoric``,
-            ``mean_epistemic`` (nats, entropy decomposition) and ``eece``; else ``None``.
+            ``mean_epistemic`` (nats, entropy decomposition), ``mean_member_variance`` and
+            ``eece``; else ``None`` (definitions:
+            :data:`bensemble.app.evaluate_summary.TABLE_NOTES`).
         conformal: With a split: ``score``, ``alpha``, ``target_coverage``, ``coverage``,
-            ``mean_set_size``, ``n_calibration``, ``n_test``; else ``None``.
+            ``mean_set_size``, ``empty_set_rate``, ``n_calibration``, ``n_test``; else ``None``.
         temperature: The fitted temperature, or ``None`` without a split.
         probs: Ensemble-mean probabilities ``[n, K]`` of the reported part (for figures).
         scaled_probs: Their temperature-scaled version ``[n, K]``, or ``None``.
@@ -82,6 +88,12 @@ class Evaluation:
         labels: Labels ``[n]`` of the reported part.
         eece_details: The :class:`~bensemble.metrics.EECEDetails` behind ``ensemble["eece"]``
             (``M > 1``), for the epistemic reliability diagram.
+        intervals: Rows ``stage, metric, value, ci_low, ci_high`` (95% percentile bootstrap;
+            empty with ``bootstrap=0``).
+        per_class: One row per class for ``K <= 20`` (else ``None``).
+        notes: Plain-language cautions (small parts, scaling that hurt, ...).
+        verdicts: The three answers of :mod:`bensemble.app.verdict` (dicts with ``question``,
+            ``answer``, ``status``, ``detail``, ``rule``).
     """
 
     setup: dict[str, Any]
@@ -94,6 +106,12 @@ class Evaluation:
     member_probs: torch.Tensor = field(repr=False)
     labels: torch.Tensor = field(repr=False)
     eece_details: Any = field(default=None, repr=False)
+    selective: list[dict[str, Any]] = field(default_factory=list)
+    intervals: list[dict[str, Any]] = field(default_factory=list)
+    per_class: list[dict[str, Any]] | None = None
+    notes: list[str] = field(default_factory=list)
+    verdicts: list[dict[str, str]] = field(default_factory=list)
+    sets: torch.Tensor | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The numbers as plain JSON-ready Python objects (no tensors)."""
@@ -101,21 +119,39 @@ class Evaluation:
             "setup": dict(self.setup),
             "temperature": self.temperature,
             "metrics": [dict(r) for r in self.metrics],
+            "selective": [dict(r) for r in self.selective],
             "ensemble": None if self.ensemble is None else dict(self.ensemble),
             "conformal": None if self.conformal is None else dict(self.conformal),
+            "intervals": [dict(r) for r in self.intervals],
+            "per_class": None if self.per_class is None else [dict(r) for r in self.per_class],
+            "verdicts": [dict(v) for v in self.verdicts],
+            "notes": list(self.notes),
         }
 
     def tables(self) -> list[tuple[str, str, list[dict[str, Any]]]]:
         """``(name, title, rows)`` for each table of the report, in print order."""
         part = "test part" if self.temperature is not None else "all samples"
         out = [("metrics", f"Ensemble-mean prediction ({part})", self.metrics)]
+        out.append(("selective", f"Misclassification detection ({part})", self.selective))
         if self.ensemble is not None:
             out.append(("ensemble", f"Member disagreement ({part})", [self.ensemble]))
         if self.conformal is not None:
             out.append(
                 ("conformal", "Split conformal prediction sets (test part)", [self.conformal])
             )
+        if self.intervals:
+            level = "95% percentile bootstrap"
+            title = f"Confidence intervals ({level}, {self.setup['bootstrap']} replicates, {part})"
+            out.append(("intervals", title, self.intervals))
+        if self.per_class is not None:
+            out.append(("per_class", f"Per class ({part})", self.per_class))
         return out
+
+    def table_notes(self, name: str) -> list[str]:
+        """Definitions and units of a table's columns (printed under it and in the HTML)."""
+        from bensemble.app.evaluate_summary import TABLE_NOTES
+
+        return list(TABLE_NOTES.get(name, ()))
 
 
 def split_indices(
@@ -173,6 +209,8 @@ def evaluate_predictions(
     eece_seeds: int = 1,
     conformal_score: str = "lac",
     seed: int = 0,
+    bootstrap: int = DEFAULT_BOOTSTRAP,
+    progress: bool = False,
 ) -> Evaluation:
     """Score saved predictions (formulas and protocol: module docstring).
 
@@ -187,7 +225,10 @@ def evaluate_predictions(
             :func:`bensemble.metrics.epistemic.auto_n_bins`) or an integer.
         eece_seeds: K-means seeds the EECE averages (their sd is reported as ``eece_sd``).
         conformal_score: ``"lac"``, ``"aps"`` or ``"raps"``.
-        seed: Seeds the split, the EECE and randomised conformal scores.
+        seed: Seeds the split, the EECE, randomised conformal scores and the bootstrap.
+        bootstrap: Bootstrap replicates of the 95% intervals (``0``: none; the verdicts then
+            read the point estimates).
+        progress: Write one line per stage with its time on stderr (only on a terminal).
 
     Returns:
         An :class:`Evaluation`.
@@ -216,6 +257,10 @@ def evaluate_predictions(
     eece_seeds = V.check_positive_int(eece_seeds, "eece_seeds", fn)
     conformal_score = V.check_option(conformal_score, "conformal_score", CONFORMAL_SCORES, fn)
     seed = check_seed(seed, "seed", fn)
+    bootstrap = check_bootstrap(bootstrap, "bootstrap", fn)
+
+    def stage(label: str):
+        return _progress.stage(label, enabled=progress, prefix="evaluate")
 
     setup: dict[str, Any] = {
         "members": m,
@@ -224,10 +269,12 @@ def evaluate_predictions(
         "n_bins": n_bins,
         "seed": seed,
         "calibration_split": calibration_split,
+        "bootstrap": bootstrap,
     }
     temperature = None
     conformal = None
     scaled = None
+    sets = None
     if calibration_split is None:
         test = torch.arange(n)
         setup.update(n_temperature=0, n_conformal=0, n_test=n)
@@ -235,49 +282,60 @@ def evaluate_predictions(
         temp_idx, conf_idx, test = split_indices(n, calibration_split, seed=seed)
         setup.update(n_temperature=len(temp_idx), n_conformal=len(conf_idx), n_test=len(test))
 
-    mean = p.mean(0)
-    p_test, y_test, members_test = mean[test], y[test], p[:, test]
-    rows = [{"stage": "unscaled", "part": "all" if calibration_split is None else "test"}]
-    rows[0].update(_scores(p_test, y_test, n_bins))
+    with stage("metrics of the unscaled prediction"):
+        mean = p.mean(0)
+        p_test, y_test, members_test = mean[test], y[test], p[:, test]
+        rows = [{"stage": "unscaled", "part": "all" if calibration_split is None else "test"}]
+        rows[0].update(_scores(p_test, y_test, n_bins))
+        selective = [{"stage": "unscaled", **selective_scores(p_test, y_test)}]
 
     if calibration_split is not None:
         from bensemble.calibration import CalibrationFitError, TemperatureScaling
-        from bensemble.conformal import SplitConformalClassifier, coverage, mean_set_size
+        from bensemble.conformal import (
+            SplitConformalClassifier,
+            coverage,
+            empty_set_rate,
+            mean_set_size,
+        )
 
-        log_mean = mean.clamp_min(torch.finfo(mean.dtype).tiny).log()
-        scaler = TemperatureScaling(on_boundary="warn")
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                scaler.fit(log_mean[temp_idx], y[temp_idx])
-        except CalibrationFitError as exc:
-            raise ValueError(
-                f"{fn}: cannot fit a temperature on the calibration part ({exc})"
-            ) from None
-        temperature = float(scaler.temperature.item())
-        notes = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
-        setup["temperature_converged"] = bool(scaler.converged_)
-        setup["temperature_warning"] = " ".join(" ".join(notes).split()) or None
-        with torch.no_grad():
-            scaled_all = torch.softmax(scaler(log_mean).to(torch.float64), dim=-1)
-        scaled = scaled_all[test]
-        row = {"stage": f"temperature-scaled (T={temperature:.3f})", "part": "test"}
-        row.update(_scores(scaled, y_test, n_bins))
-        rows.append(row)
+        with stage("temperature scaling"):
+            log_mean = mean.clamp_min(torch.finfo(mean.dtype).tiny).log()
+            scaler = TemperatureScaling(on_boundary="warn")
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    scaler.fit(log_mean[temp_idx], y[temp_idx])
+            except CalibrationFitError as exc:
+                raise ValueError(
+                    f"{fn}: cannot fit a temperature on the calibration part ({exc})"
+                ) from None
+            temperature = float(scaler.temperature.item())
+            notes = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+            setup["temperature_converged"] = bool(scaler.converged_)
+            setup["temperature_warning"] = " ".join(" ".join(notes).split()) or None
+            with torch.no_grad():
+                scaled_all = torch.softmax(scaler(log_mean).to(torch.float64), dim=-1)
+            scaled = scaled_all[test]
+            row = {"stage": f"temperature-scaled (T={temperature:.3f})", "part": "test"}
+            row.update(_scores(scaled, y_test, n_bins))
+            rows.append(row)
+            selective.append({"stage": row["stage"], **selective_scores(scaled, y_test)})
 
-        generator = torch.Generator().manual_seed(seed)
-        cp = SplitConformalClassifier(conformal_score, alpha=alpha, generator=generator)
-        cp.calibrate(scaled_all[conf_idx], y[conf_idx])
-        sets = cp.predict_set(scaled)
-        conformal = {
-            "score": conformal_score,
-            "alpha": alpha,
-            "target_coverage": 1.0 - alpha,
-            "coverage": coverage(sets, y_test),
-            "mean_set_size": mean_set_size(sets),
-            "n_calibration": len(conf_idx),
-            "n_test": len(test),
-        }
+        with stage("conformal sets"):
+            generator = torch.Generator().manual_seed(seed)
+            cp = SplitConformalClassifier(conformal_score, alpha=alpha, generator=generator)
+            cp.calibrate(scaled_all[conf_idx], y[conf_idx])
+            sets = cp.predict_set(scaled)
+            conformal = {
+                "score": conformal_score,
+                "alpha": alpha,
+                "target_coverage": 1.0 - alpha,
+                "coverage": coverage(sets, y_test),
+                "mean_set_size": mean_set_size(sets),
+                "empty_set_rate": empty_set_rate(sets),
+                "n_calibration": len(conf_idx),
+                "n_test": len(test),
+            }
 
     ensemble = None
     eece_details = None
@@ -285,27 +343,31 @@ def evaluate_predictions(
         from bensemble.metrics import expected_epistemic_calibration_error
         from bensemble.uncertainty import decompose_classification_uncertainty
 
-        total, aleatoric, epistemic = decompose_classification_uncertainty(members_test)
-        eece_details = expected_epistemic_calibration_error(
-            members_test,
-            y_test,
-            n_bins=eece_bins,
-            seed=seed,
-            n_seeds=eece_seeds,
-            return_details=True,
-        )
+        with stage("uncertainty decomposition"):
+            total, aleatoric, epistemic = decompose_classification_uncertainty(members_test)
+            variance = members_test.to(torch.float64).var(0, unbiased=False).mean()
+        with stage("EECE"):
+            eece_details = expected_epistemic_calibration_error(
+                members_test,
+                y_test,
+                n_bins=eece_bins,
+                seed=seed,
+                n_seeds=eece_seeds,
+                return_details=True,
+            )
         ensemble = {
             "members": m,
             "mean_total": float(total.mean()),
             "mean_aleatoric": float(aleatoric.mean()),
             "mean_epistemic": float(epistemic.mean()),
+            "mean_member_variance": float(variance),
             "eece": float(eece_details.value),
             "eece_sd": eece_details.seed_sd,  # over eece_seeds K-means seeds (None for one)
             "eece_seeds": eece_seeds,
             "eece_bins": eece_details.n_bins,  # "auto" resolved
             "eece_bins_fitted": eece_details.n_bins_fitted,
         }
-    return Evaluation(
+    ev = Evaluation(
         setup=setup,
         metrics=rows,
         ensemble=ensemble,
@@ -316,241 +378,19 @@ def evaluate_predictions(
         member_probs=members_test,
         labels=y_test,
         eece_details=eece_details,
+        sets=sets,
+        selective=selective,
     )
+    from bensemble.app.evaluate_summary import summarise
+
+    summarise(ev, stage=stage)
+    return ev
 
 
-# ----------------------------------------------------------------------------- command line
-def _eece_bins_option(value: str) -> int | str:
-    """``--eece-bins``: "auto" or an integer (argparse names the option on failure)."""
-    if value == "auto":
-        return value
-    try:
-        return int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be 'auto' or an integer (got {value!r})") from None
+def __getattr__(name: str) -> Any:
+    """The command line lives in :mod:`bensemble.app.evaluate_cli` (imported on first use)."""
+    if name in ("add_evaluate_parser", "run_evaluate"):
+        from bensemble.app import evaluate_cli
 
-
-def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register the ``evaluate`` sub-command on ``sub`` (from ``add_subparsers``)."""
-    p = sub.add_parser(
-        "evaluate",
-        help="score saved predictions: metrics, uncertainty, scaling, conformal sets",
-        description="Score saved member predictions against labels. PREDICTIONS is [M, N, K] "
-        "(M members, N samples, K classes) or [N, K] for one model, as .npy, .npz "
-        "(file.npz:key to pick an array), .pt (torch.load weights_only=True) or a header-less "
-        ".csv (N rows x K columns; for M members stack them as M*N rows and pass --members M). "
-        "LABELS are N integers.",
-    )
-    p.add_argument("predictions", metavar="PREDICTIONS", help="member probabilities or logits")
-    p.add_argument("--labels", required=True, metavar="LABELS", help="integer labels [N]")
-    p.add_argument("--logits", action="store_true", help="PREDICTIONS are logits (softmax them)")
-    p.add_argument(
-        "--calibration-split",
-        type=float,
-        default=None,
-        metavar="FRACTION",
-        help="fit temperature scaling (first half) and the conformal threshold (second half) "
-        "on this random fraction; report on the rest",
-    )
-    p.add_argument("--alpha", type=float, default=0.1, help="conformal miscoverage (0.1)")
-    p.add_argument(
-        "--conformal-score", default="lac", choices=CONFORMAL_SCORES, help="conformal score"
-    )
-    p.add_argument("--n-bins", type=int, default=15, help="bins of ECE / classwise ECE (15)")
-    p.add_argument(
-        "--eece-bins",
-        type=_eece_bins_option,
-        default="auto",
-        help="bins of EECE: auto (about sqrt(N), at most 200) or an integer",
-    )
-    p.add_argument(
-        "--eece-seeds", type=int, default=1, help="K-means seeds the EECE averages (1); sd shown"
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of the split and the EECE (0)")
-    p.add_argument(
-        "--members",
-        type=int,
-        default=None,
-        metavar="M",
-        help="PREDICTIONS is a 2-D table of M*N rows, member 0's N rows first",
-    )
-    p.add_argument(
-        "--members-axis",
-        type=int,
-        choices=(0, 1),
-        default=0,
-        help="axis of a 3-D PREDICTIONS holding the members: 0 for [M, N, K], 1 for [N, M, K]",
-    )
-    p.add_argument(
-        "--out",
-        default=None,
-        help=f"report folder ({DEFAULT_OUT}; with --json and no --out nothing is written)",
-    )
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace an earlier report in --out (a folder holding other files is never replaced)",
-    )
-    p.add_argument("--json", action="store_true", help="print JSON to stdout instead of tables")
-    return p
-
-
-def _one_line(exc: BaseException | Warning | str) -> str:
-    text = " ".join(str(exc).split()).removeprefix(f"{PROG}: ")
-    return text.replace("pass from_logits=True", "pass --logits").replace(
-        "from_logits=True", "--logits"
-    )
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return a.exists() and b.exists() and os.path.samefile(a, b)
-    except OSError:  # pragma: no cover - permission problems
-        return a.resolve() == b.resolve()
-
-
-def _check_out(out: Path, inputs: list[Path], files: list[str], overwrite: bool) -> None:
-    """Refuse an ``--out`` that is an input, holds an input, or may not be replaced.
-
-    The report folder is replaced as a whole, so an input inside it would be lost whatever its
-    name (``files``, the names the report will have, are named in the message when they clash).
-    """
-    for src in inputs:
-        if _same_file(out, src) or out.resolve() == src.resolve():
-            raise InputError(f"--out {out} is an input file; choose another folder")
-    for src in inputs:
-        if out.resolve() in src.resolve().parents:
-            clash = f" (as {src.name})" if src.name in files else ""
-            raise InputError(
-                f"--out {out} would overwrite the input {src}{clash}: the report folder is "
-                "replaced as a whole; choose another folder"
-            )
-    check_report_folder(out, overwrite=overwrite, fn=PROG)
-
-
-def run_evaluate(args: argparse.Namespace) -> int:
-    """Run ``bensemble evaluate`` for parsed ``args``; returns the exit status.
-
-    Exit status 2 with one line ``bensemble evaluate: error: ...`` on stderr for any bad input,
-    before anything is written; 1 if writing the report fails; 0 on success. Warnings (logits
-    that already look like probabilities, a temperature at its bound, ...) are one line each,
-    ``bensemble evaluate: warning: ...``, and the run goes on. With ``--json`` and no ``--out``
-    nothing is written.
-    """
-    fn = PROG
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            out = _out_folder(args, fn)
-            ev = _evaluate_args(args, fn, out)
-        except ValueError as exc:  # the error alone: a usage error is one line
-            print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
-            return 2
-    _print_warnings(caught)
-    extra = {
-        "inputs": {
-            "predictions": str(args.predictions),
-            "labels": str(args.labels),
-            "logits": bool(args.logits),
-        }
-    }
-    report = None
-    if out is not None:
-        try:
-            report = write_evaluation(ev, out, extra=extra, overwrite=args.overwrite)
-        except (OSError, ValueError) as exc:
-            print(
-                f"{PROG}: error: could not write the report to {out}: {_one_line(exc)}",
-                file=sys.stderr,
-            )
-            return 1
-        for problem in report.problems:
-            print(f"{PROG}: warning: {problem}", file=sys.stderr)
-    if args.json:
-        payload = ev.to_dict()
-        payload.update(extra)
-        payload["report"] = None
-        if report is not None:
-            payload["report"] = {
-                "out": str(out),
-                "files": [str(f) for f in report.files],
-                "problems": list(report.problems),
-            }
-        print(to_json(payload))
-        return 0
-    _print_tables(ev)
-    print(f"\nreport: {len(report.files)} files in {out}{os.sep}")
-    return 0
-
-
-def _out_folder(args: argparse.Namespace, fn: str) -> Path | None:
-    """The report folder: ``--out``, the default without ``--json``, else ``None`` (no files)."""
-    if args.out is None:
-        return None if args.json else Path(DEFAULT_OUT)
-    return check_out_text(args.out, fn)
-
-
-def _print_warnings(caught: list[warnings.WarningMessage]) -> None:
-    seen: set[str] = set()
-    for w in caught:
-        if issubclass(w.category, (UserWarning, RuntimeWarning)):
-            text = _one_line(w.message).replace("leave logits out", "leave out --logits")
-            if text not in seen:
-                seen.add(text)
-                print(f"{PROG}: warning: {text}", file=sys.stderr)
-
-
-def _evaluate_args(args: argparse.Namespace, fn: str, out: Path | None) -> Evaluation:
-    """Load and check everything, then evaluate (nothing is written)."""
-    V.check_probability(args.alpha, "--alpha", fn)
-    V.check_n_bins(args.n_bins, fn, name="--n-bins")
-    if args.n_bins > MAX_BINS:  # per-bin arrays: 2**40 bins would reach the allocator
-        raise InputError(f"--n-bins must be at most {MAX_BINS} (got {args.n_bins})")
-    if args.eece_bins != "auto":
-        V.check_n_bins(args.eece_bins, fn, name="--eece-bins")
-    V.check_positive_int(args.eece_seeds, "--eece-seeds", fn)
-    if args.calibration_split is not None:
-        V.check_probability(args.calibration_split, "--calibration-split", fn)
-    check_seed(args.seed, "--seed", fn)
-    probs = load_predictions(
-        args.predictions,
-        logits=args.logits,
-        members=args.members,
-        members_axis=args.members_axis,
-        fn=str(split_key(args.predictions)[0]),
-    )
-    m, n, k = probs.shape
-    labels = load_labels(args.labels, n=n, num_classes=k, fn=str(split_key(args.labels)[0]))
-    if out is not None:
-        inputs = [split_key(args.predictions)[0], split_key(args.labels)[0]]
-        split = args.calibration_split is not None
-        _check_out(out, inputs, planned_files(ensemble=m > 1, split=split), args.overwrite)
-    return evaluate_predictions(
-        probs,
-        labels,
-        calibration_split=args.calibration_split,
-        alpha=args.alpha,
-        n_bins=args.n_bins,
-        eece_bins=args.eece_bins,
-        eece_seeds=args.eece_seeds,
-        conformal_score=args.conformal_score,
-        seed=args.seed,
-    )
-
-
-def _print_tables(ev: Evaluation) -> None:
-    s = ev.setup
-    head = f"{s['members']} member(s), {s['samples']} samples, {s['classes']} classes"
-    if ev.temperature is not None:
-        head += (
-            f"; split: {s['n_temperature']} temperature / {s['n_conformal']} conformal / "
-            f"{s['n_test']} test (seed {s['seed']})"
-        )
-    print(head)
-    for _name, title, rows in ev.tables():
-        print(f"\n{title}")
-        print(format_table(rows))
-    if ev.ensemble is None:
-        print("\n(single model: no uncertainty decomposition or EECE)")
-    if s.get("temperature_warning"):
-        print(f"\nnote: {s['temperature_warning']}")
+        return getattr(evaluate_cli, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,8 +1,10 @@
-"""The report folder of ``bensemble evaluate``: tables, ``summary.json`` and figures.
+"""The report folder of ``bensemble evaluate``: tables, ``summary.json``, figures, ``report.html``.
 
 :func:`planned_files` names the files before anything is computed (so the command can refuse a
-folder that would overwrite an input); :func:`write_evaluation` draws the figures in memory,
-stages every file beside the target folder and swaps the finished folder in.
+folder that would overwrite an input); :func:`write_evaluation` draws every figure once, to PNG
+bytes in memory, writes those bytes as the ``.png`` files and embeds the same bytes in the
+self-contained ``report.html`` (:mod:`bensemble.app.evaluate_html`), stages every file beside
+the target folder and swaps the finished folder in.
 """
 
 from __future__ import annotations
@@ -12,28 +14,40 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from bensemble.app.report import Report, environment
+from bensemble.app.report import Report, environment, markdown_table
 
 if TYPE_CHECKING:
     from bensemble.app.evaluate import Evaluation
 
-__all__ = ["planned_files", "write_evaluation"]
+__all__ = ["PngBytes", "planned_files", "png_bytes", "write_evaluation"]
 
 
-def planned_files(*, ensemble: bool, split: bool) -> list[str]:
-    """File names :func:`write_evaluation` writes, known before anything is computed."""
-    names = ["metrics"] + (["ensemble"] if ensemble else []) + (["conformal"] if split else [])
+def planned_files(
+    *, ensemble: bool, split: bool, per_class: bool = True, intervals: bool = True
+) -> list[str]:
+    """File names :func:`write_evaluation` writes, known before anything is computed.
+
+    Args:
+        ensemble: more than one member (the ``ensemble`` table, the epistemic diagram).
+        split: a calibration split (``conformal`` table, the scaled reliability diagram).
+        per_class: at most 20 classes (the ``per_class`` table).
+        intervals: ``--bootstrap`` above 0 (the ``intervals`` table).
+    """
+    names = ["metrics", "selective"] + (["ensemble"] if ensemble else [])
+    names += ["conformal"] if split else []
+    names += (["intervals"] if intervals else []) + (["per_class"] if per_class else [])
     files = [f"{t}{ext}" for t in names for ext in (".md", ".csv", ".json")]
-    files += ["summary.json", "reliability.png"]
+    files += ["summary.json", "report.html", "reliability.png"]
     if split:
         files.append("reliability_scaled.png")
     if ensemble:
         files.append("epistemic_reliability.png")
+    files.append("risk_coverage.png")
     return files
 
 
 def _figures(ev: Evaluation, n_bins: int) -> tuple[dict[str, Any], list[str]]:
-    """Figures of the report keyed by file stem, drawn in memory (nothing is written).
+    """Figures of the report keyed by file stem, as PNG bytes drawn in memory (nothing is written).
 
     A figure that fails to draw is left out; the second item lists why, one line each.
     """
@@ -49,6 +63,22 @@ def _figures(ev: Evaluation, n_bins: int) -> tuple[dict[str, Any], list[str]]:
         disp = plots.EpistemicReliabilityDisplay.from_details(ev.eece_details, name="ensemble")
         return disp.plot().figure_
 
+    def risk_coverage() -> Any:
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 4.5))
+        curves = {"unscaled": ev.probs}
+        if ev.scaled_probs is not None:
+            curves[f"T = {ev.temperature:.3f}"] = ev.scaled_probs
+        for name, probs in curves.items():
+            pred = probs.argmax(1)
+            conf = probs.gather(1, pred[:, None]).squeeze(1).to(torch.float64)
+            correct = (pred == ev.labels).to(torch.float64)
+            display = plots.RiskCoverageDisplay.from_predictions(conf, correct, name=name)
+            display.plot(ax=ax)
+        ax.set_title("Risk-coverage (confidence: max_k p_k)")
+        return fig
+
     makers: dict[str, Any] = {}
     if ev.scaled_probs is None:
         makers["reliability"] = lambda: reliability(ev.probs, None)
@@ -58,19 +88,41 @@ def _figures(ev: Evaluation, n_bins: int) -> tuple[dict[str, Any], list[str]]:
         makers["reliability_scaled"] = lambda: reliability(scaled, f"T = {ev.temperature:.3f}")
     if ev.eece_details is not None:
         makers["epistemic_reliability"] = epistemic
+    makers["risk_coverage"] = risk_coverage
     figs: dict[str, Any] = {}
     problems: list[str] = []
     for name, make in makers.items():
         before = set(plt.get_fignums())
         try:
-            figs[name] = make()
+            fig = make()
+            figs[name] = png_bytes(fig)
         except Exception as exc:  # noqa: BLE001 - a figure must not cost the user the numbers
-            for number in set(plt.get_fignums()) - before:
-                plt.close(number)
             problems.append(
                 f"{name}.png left out ({type(exc).__name__}: {' '.join(str(exc).split())})"
             )
+        finally:
+            for number in set(plt.get_fignums()) - before:
+                plt.close(number)
     return figs, problems
+
+
+def png_bytes(fig: Any, dpi: int = 120) -> bytes:
+    """The figure as PNG bytes (drawn once; the file and the HTML share them)."""
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    return buffer.getvalue()
+
+
+class PngBytes:
+    """Hands ready PNG bytes to :meth:`Report.add_figure` (which calls ``savefig``)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def savefig(self, handle: Any, **_: Any) -> None:
+        handle.write(self.data)
 
 
 def write_evaluation(
@@ -80,10 +132,11 @@ def write_evaluation(
     extra: dict | None = None,
     overwrite: bool = False,
 ) -> Report:
-    """Write the tables, ``summary.json`` and the figures of ``ev`` into ``out_dir``.
+    """Write the tables, ``summary.json``, the figures and ``report.html`` of ``ev`` to ``out_dir``.
 
-    Every figure is drawn in memory before anything is written; one that fails to draw is left
-    out and named in ``report.problems`` (and in ``summary.json``) rather than stopping the report.
+    Every figure is drawn once, to PNG bytes, before anything is written; one that fails to draw
+    is left out and named in ``report.problems`` (and in ``summary.json``) rather than stopping
+    the report. ``report.html`` embeds the same bytes, with the verdicts at the top.
     The files are staged beside ``out_dir`` and swapped in at the end, so ``out_dir`` holds
     exactly this run's files; an earlier report there is replaced only with ``overwrite``, and a
     folder holding anything else is refused (``ValueError``). ``summary.json`` records the
@@ -93,34 +146,37 @@ def write_evaluation(
         The :class:`~bensemble.app.report.Report`; ``report.files`` lists what was
         written and ``report.problems`` the figures left out.
     """
+    from bensemble.app.evaluate_html import evaluation_page
+    from bensemble.app.html import render_html
+
     report = Report(out_dir, staged=True, overwrite=overwrite)
     figs, problems = _figures(ev, ev.setup["n_bins"])
     report.problems = problems
     try:
         for name, title, rows in ev.tables():
             report.add_table(name, rows, title=title)
+            notes = ev.table_notes(name)
+            if notes:  # the Markdown table carries its column definitions
+                md = f"## {title}\n\n{markdown_table(rows)}\n" + "".join(f"- {n}\n" for n in notes)
+                report.add_text(f"{name}.md", md)
         summary = ev.to_dict()
         summary.update(extra or {})
-        summary["files"] = [
-            f
-            for f in planned_files(
-                ensemble=ev.ensemble is not None, split=ev.temperature is not None
-            )
-            if not f.endswith(".png") or f[:-4] in figs
-        ]
+        planned = planned_files(
+            ensemble=ev.ensemble is not None,
+            split=ev.temperature is not None,
+            per_class=ev.per_class is not None,
+            intervals=bool(ev.intervals),
+        )
+        summary["files"] = [f for f in planned if not f.endswith(".png") or f[:-4] in figs]
         summary["problems"] = problems
         summary["versions"] = environment()
         report.add_json("summary", summary)
-        for name in list(figs):
-            report.add_figure(name, figs.pop(name))
+        for name, data in figs.items():
+            report.add_figure(name, PngBytes(data), close=False)
+        page = evaluation_page(ev, figs, extra=extra or {}, versions=summary["versions"])
+        report.add_text("report.html", render_html(page))
         report.commit()
     except BaseException:
         report.discard()
         raise
-    finally:
-        if figs:
-            import matplotlib.pyplot as plt
-
-            for fig in figs.values():
-                plt.close(fig)
     return report

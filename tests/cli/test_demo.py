@@ -42,7 +42,7 @@ FIGURES = (
     "digits_epistemic_reliability",
 )
 EXPECTED_FILES = {f"{t}{ext}" for t in TABLES for ext in (".md", ".csv", ".json")}
-EXPECTED_FILES |= {f"{f}.png" for f in FIGURES} | {"summary.json"}
+EXPECTED_FILES |= {f"{f}.png" for f in FIGURES} | {"summary.json", "report.html"}
 METRIC_COLUMNS = ("accuracy", "NLL", "Brier", "ECE", "EECE", "coverage", "set_size")
 
 
@@ -187,6 +187,53 @@ def test_scaling_lowers_digits_nll(quick_run):
     for method in ten_class:
         nll = {r["stage"]: r["NLL"] for r in rows if r["method"] == method}
         assert nll["after"] <= nll["before"], method
+
+
+def test_quick_demo_report_html_is_self_contained_with_verdicts(quick_run):
+    import base64
+    import re
+
+    out = quick_run["out"]
+    html = (out / "report.html").read_text()
+    assert not re.search(r"""(src|href)\s*=\s*["']?https?://""", html)
+    assert "<script" not in html
+    images = re.findall(r'<img [^>]*src="([^"]*)"', html)
+    assert len(images) == len(FIGURES)
+    assert all(src.startswith("data:image/png;base64,") for src in images)
+    embedded = {base64.b64decode(src.split(",", 1)[1]) for src in images}
+    assert {(out / f"{name}.png").read_bytes() for name in FIGURES} == embedded
+    assert '<section class="summary" id="verdict">' in html
+    assert html.count('<div class="verdict ') == 6  # 3 questions x 2 datasets
+    for dataset in ("Toy", "Digits"):
+        assert f"{dataset}: verdicts per method" in html
+
+
+def test_quick_demo_verdicts_follow_the_rules(quick_run):
+    from bensemble.app.verdict import ECE_THRESHOLD, QUESTIONS
+
+    summary = json.loads((quick_run["out"] / "summary.json").read_text())
+    for dataset in TABLES:
+        table = _json_table(quick_run["out"], dataset)["rows"]
+        rows = {r["method"]: r for r in table if r["stage"] == "before"}
+        verdicts = summary[dataset]["verdicts"]
+        assert set(verdicts) == set(rows)
+        for method, (calibrated, scaling, epistemic) in verdicts.items():
+            assert [calibrated["question"], scaling["question"], epistemic["question"]] == list(
+                QUESTIONS
+            )
+            assert calibrated["value"] == rows[method]["ECE"]  # the unscaled (before) row
+            lo, hi = calibrated["ci_low"], calibrated["ci_high"]
+            assert lo <= hi
+            if hi < ECE_THRESHOLD:
+                assert calibrated["answer"] == "yes"
+            elif lo <= ECE_THRESHOLD:
+                assert calibrated["answer"] == "unclear"
+            if scaling["ci_high"] < 0:
+                assert scaling["answer"] == "yes"
+            elif scaling["ci_low"] > 0:
+                assert scaling["answer"].startswith("no")
+            else:
+                assert scaling["answer"] == "unclear"
 
 
 def test_out_that_is_a_file_is_refused_before_training(tmp_path):

@@ -1,0 +1,299 @@
+"""The command line of ``bensemble evaluate``: options, checks, the report folder and the printout.
+
+:func:`run_evaluate` validates every input before it creates the report folder, never writes over
+an input file, and writes each file atomically (:mod:`bensemble.app.evaluate_report`). The
+computation is :func:`bensemble.app.evaluate.evaluate_predictions`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+from pathlib import Path
+
+from bensemble import _validation as V
+from bensemble.app._folder import check_out_text, check_report_folder
+from bensemble.app._options import check_seed
+from bensemble.app.bootstrap import DEFAULT_BOOTSTRAP, check_bootstrap
+from bensemble.app.evaluate import (
+    CONFORMAL_SCORES,
+    MAX_PER_CLASS,
+    Evaluation,
+    evaluate_predictions,
+)
+from bensemble.app.evaluate_report import planned_files, write_evaluation
+from bensemble.app.report import format_table, to_json
+from bensemble.io import InputError, load_labels, load_predictions, split_key
+
+__all__ = ["add_evaluate_parser", "run_evaluate"]
+
+PROG = "bensemble evaluate"
+DEFAULT_OUT = "bensemble-report"
+#: Most ECE bins the command accepts (far beyond any sample size it can score in memory).
+MAX_BINS = 10**6
+
+
+def _eece_bins_option(value: str) -> int | str:
+    """``--eece-bins``: "auto" or an integer (argparse names the option on failure)."""
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or an integer (got {value!r})") from None
+
+
+def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register the ``evaluate`` sub-command on ``sub`` (from ``add_subparsers``)."""
+    p = sub.add_parser(
+        "evaluate",
+        help="score saved predictions: metrics, uncertainty, scaling, conformal sets",
+        description="Score saved member predictions against labels. PREDICTIONS is [M, N, K] "
+        "(M members, N samples, K classes) or [N, K] for one model, as .npy, .npz "
+        "(file.npz:key to pick an array), .pt (torch.load weights_only=True) or a header-less "
+        ".csv (N rows x K columns; for M members stack them as M*N rows and pass --members M). "
+        "LABELS are N integers.",
+    )
+    p.add_argument("predictions", metavar="PREDICTIONS", help="member probabilities or logits")
+    p.add_argument("--labels", required=True, metavar="LABELS", help="integer labels [N]")
+    p.add_argument("--logits", action="store_true", help="PREDICTIONS are logits (softmax them)")
+    p.add_argument(
+        "--calibration-split",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="fit temperature scaling (first half) and the conformal threshold (second half) "
+        "on this random fraction; report on the rest",
+    )
+    p.add_argument("--alpha", type=float, default=0.1, help="conformal miscoverage (0.1)")
+    p.add_argument(
+        "--conformal-score", default="lac", choices=CONFORMAL_SCORES, help="conformal score"
+    )
+    p.add_argument("--n-bins", type=int, default=15, help="bins of ECE / classwise ECE (15)")
+    p.add_argument(
+        "--eece-bins",
+        type=_eece_bins_option,
+        default="auto",
+        help="bins of EECE: auto (about sqrt(N), at most 200) or an integer",
+    )
+    p.add_argument(
+        "--eece-seeds", type=int, default=1, help="K-means seeds the EECE averages (1); sd shown"
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the split, the EECE and the bootstrap (0)"
+    )
+    p.add_argument(
+        "--bootstrap",
+        type=int,
+        default=DEFAULT_BOOTSTRAP,
+        metavar="B",
+        help=f"bootstrap replicates of the 95%% intervals ({DEFAULT_BOOTSTRAP}; 0: none)",
+    )
+    p.add_argument(
+        "--members",
+        type=int,
+        default=None,
+        metavar="M",
+        help="PREDICTIONS is a 2-D table of M*N rows, member 0's N rows first",
+    )
+    p.add_argument(
+        "--members-axis",
+        type=int,
+        choices=(0, 1),
+        default=0,
+        help="axis of a 3-D PREDICTIONS holding the members: 0 for [M, N, K], 1 for [N, M, K]",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        help=f"report folder ({DEFAULT_OUT}; with --json and no --out nothing is written)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier report in --out (a folder holding other files is never replaced)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON to stdout instead of tables")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no per-stage timing lines (they appear on a terminal's stderr only)",
+    )
+    return p
+
+
+def _one_line(exc: BaseException | Warning | str) -> str:
+    text = " ".join(str(exc).split()).removeprefix(f"{PROG}: ")
+    return text.replace("pass from_logits=True", "pass --logits").replace(
+        "from_logits=True", "--logits"
+    )
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:  # pragma: no cover - permission problems
+        return a.resolve() == b.resolve()
+
+
+def _check_out(out: Path, inputs: list[Path], files: list[str], overwrite: bool) -> None:
+    """Refuse an ``--out`` that is an input, holds an input, or may not be replaced.
+
+    The report folder is replaced as a whole, so an input inside it would be lost whatever its
+    name (``files``, the names the report will have, are named in the message when they clash).
+    """
+    for src in inputs:
+        if _same_file(out, src) or out.resolve() == src.resolve():
+            raise InputError(f"--out {out} is an input file; choose another folder")
+    for src in inputs:
+        if out.resolve() in src.resolve().parents:
+            clash = f" (as {src.name})" if src.name in files else ""
+            raise InputError(
+                f"--out {out} would overwrite the input {src}{clash}: the report folder is "
+                "replaced as a whole; choose another folder"
+            )
+    check_report_folder(out, overwrite=overwrite, fn=PROG)
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    """Run ``bensemble evaluate`` for parsed ``args``; returns the exit status.
+
+    Exit status 2 with one line ``bensemble evaluate: error: ...`` on stderr for any bad input,
+    before anything is written; 1 if writing the report fails; 0 on success. Warnings (logits
+    that already look like probabilities, a temperature at its bound, ...) are one line each,
+    ``bensemble evaluate: warning: ...``, and the run goes on. With ``--json`` and no ``--out``
+    nothing is written.
+    """
+    fn = PROG
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            out = _out_folder(args, fn)
+            ev = _evaluate_args(args, fn, out)
+        except ValueError as exc:  # the error alone: a usage error is one line
+            print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
+            return 2
+    _print_warnings(caught)
+    extra = {
+        "inputs": {
+            "predictions": str(args.predictions),
+            "labels": str(args.labels),
+            "logits": bool(args.logits),
+        }
+    }
+    report = None
+    if out is not None:
+        try:
+            report = write_evaluation(ev, out, extra=extra, overwrite=args.overwrite)
+        except (OSError, ValueError) as exc:
+            print(
+                f"{PROG}: error: could not write the report to {out}: {_one_line(exc)}",
+                file=sys.stderr,
+            )
+            return 1
+        for problem in report.problems:
+            print(f"{PROG}: warning: {problem}", file=sys.stderr)
+    if args.json:
+        payload = ev.to_dict()
+        payload.update(extra)
+        payload["report"] = None
+        if report is not None:
+            payload["report"] = {
+                "out": str(out),
+                "files": [str(f) for f in report.files],
+                "problems": list(report.problems),
+            }
+        print(to_json(payload))
+        return 0
+    _print_tables(ev)
+    print(f"\nreport: {len(report.files)} files in {out}{os.sep}")
+    return 0
+
+
+def _out_folder(args: argparse.Namespace, fn: str) -> Path | None:
+    """The report folder: ``--out``, the default without ``--json``, else ``None`` (no files)."""
+    if args.out is None:
+        return None if args.json else Path(DEFAULT_OUT)
+    return check_out_text(args.out, fn)
+
+
+def _print_warnings(caught: list[warnings.WarningMessage]) -> None:
+    seen: set[str] = set()
+    for w in caught:
+        if issubclass(w.category, (UserWarning, RuntimeWarning)):
+            text = _one_line(w.message).replace("leave logits out", "leave out --logits")
+            if text not in seen:
+                seen.add(text)
+                print(f"{PROG}: warning: {text}", file=sys.stderr)
+
+
+def _evaluate_args(args: argparse.Namespace, fn: str, out: Path | None) -> Evaluation:
+    """Load and check everything, then evaluate (nothing is written)."""
+    V.check_probability(args.alpha, "--alpha", fn)
+    V.check_n_bins(args.n_bins, fn, name="--n-bins")
+    if args.n_bins > MAX_BINS:  # per-bin arrays: 2**40 bins would reach the allocator
+        raise InputError(f"--n-bins must be at most {MAX_BINS} (got {args.n_bins})")
+    if args.eece_bins != "auto":
+        V.check_n_bins(args.eece_bins, fn, name="--eece-bins")
+    V.check_positive_int(args.eece_seeds, "--eece-seeds", fn)
+    if args.calibration_split is not None:
+        V.check_probability(args.calibration_split, "--calibration-split", fn)
+    check_seed(args.seed, "--seed", fn)
+    check_bootstrap(args.bootstrap, "--bootstrap", fn)
+    probs = load_predictions(
+        args.predictions,
+        logits=args.logits,
+        members=args.members,
+        members_axis=args.members_axis,
+        fn=str(split_key(args.predictions)[0]),
+    )
+    m, n, k = probs.shape
+    labels = load_labels(args.labels, n=n, num_classes=k, fn=str(split_key(args.labels)[0]))
+    if out is not None:
+        inputs = [split_key(args.predictions)[0], split_key(args.labels)[0]]
+        split = args.calibration_split is not None
+        files = planned_files(
+            ensemble=m > 1,
+            split=split,
+            per_class=k <= MAX_PER_CLASS,
+            intervals=args.bootstrap > 0,
+        )
+        _check_out(out, inputs, files, args.overwrite)
+    return evaluate_predictions(
+        probs,
+        labels,
+        calibration_split=args.calibration_split,
+        alpha=args.alpha,
+        n_bins=args.n_bins,
+        eece_bins=args.eece_bins,
+        eece_seeds=args.eece_seeds,
+        conformal_score=args.conformal_score,
+        seed=args.seed,
+        bootstrap=args.bootstrap,
+        progress=not getattr(args, "no_progress", False),
+    )
+
+
+def _print_tables(ev: Evaluation) -> None:
+    s = ev.setup
+    head = f"{s['members']} member(s), {s['samples']} samples, {s['classes']} classes"
+    if ev.temperature is not None:
+        head += (
+            f"; split: {s['n_temperature']} temperature / {s['n_conformal']} conformal / "
+            f"{s['n_test']} test (seed {s['seed']})"
+        )
+    print(head)
+    print()
+    for v in ev.verdicts:
+        print(f"{v['question']} {v['answer']}. {v['detail']}")
+    for name, title, rows in ev.tables():
+        print(f"\n{title}")
+        print(format_table(rows))
+        for note in ev.table_notes(name):
+            print(f"  {note}")
+    if ev.ensemble is None:
+        print("\n(single model: no uncertainty decomposition or EECE)")
+    for note in ev.notes:
+        print(f"\nnote: {note}")

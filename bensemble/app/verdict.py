@@ -1,0 +1,172 @@
+"""The three questions at the top of a report, each answered by a stated rule.
+
+Every rule reads a number and its 95% percentile bootstrap interval ``[lo, hi]``
+(:mod:`bensemble.app.bootstrap`); with ``--bootstrap 0`` the interval is the point itself and
+the answer says it ignores sampling noise.
+
+1. **Is the model calibrated?** (top-label ECE of the unscaled prediction, 15 equal-width bins)
+
+   * *yes* if ``hi < ECE_THRESHOLD`` (0.03);
+   * *no* if ``lo > ECE_THRESHOLD`` **and** the ECE exceeds the 95th percentile of the ECE a
+     perfectly calibrated model with the same confidences scores at this sample size (labels
+     redrawn from the confidences, :func:`~bensemble.app.bootstrap.calibrated_ece_null`): the
+     binned ECE is biased upwards on small samples, and this guard keeps that bias from being
+     read as miscalibration;
+   * *unclear* otherwise.
+2. **Did temperature scaling help on held-out data?** (paired bootstrap of the test-part NLL
+   difference ``NLL(scaled) - NLL(unscaled)``: the same resample scores both)
+
+   * *yes* if ``hi < 0``; *no, it hurt* if ``lo > 0``; *unclear* if the interval holds 0;
+   * *n/a* without ``--calibration-split``.
+3. **Are the members' uncertainties epistemically calibrated?** (EECE, K-means partition held
+   fixed in the bootstrap)
+
+   * *yes* if ``hi < EECE_THRESHOLD`` (0.01, in squared-probability units like the EECE's
+     terms); *no* if ``lo > EECE_THRESHOLD``; *unclear* otherwise;
+   * *n/a* for one model (``M = 1``): there is no member disagreement to calibrate.
+
+Example:
+    >>> v = calibration_verdict(0.012, (0.008, 0.018), null_q95=0.02)
+    >>> v.answer, v.status
+    ('yes', 'good')
+    >>> scaling_verdict(None, None, before=0.5, after=None).answer
+    'n/a'
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from bensemble.app.html import Verdict
+
+__all__ = [
+    "ECE_THRESHOLD",
+    "EECE_THRESHOLD",
+    "QUESTIONS",
+    "RULES",
+    "calibration_verdict",
+    "epistemic_verdict",
+    "scaling_verdict",
+    "verdict_dict",
+]
+
+#: ECE below which (upper interval end) a model counts as calibrated.
+ECE_THRESHOLD = 0.03
+#: EECE below which (upper interval end) the members count as epistemically calibrated.
+EECE_THRESHOLD = 0.01
+
+QUESTIONS = (
+    "Is the model calibrated?",
+    "Did temperature scaling help on held-out data?",
+    "Are the members' uncertainties epistemically calibrated?",
+)
+RULES = (
+    f"yes if the upper end of the ECE's 95% interval is below {ECE_THRESHOLD}; no if its lower "
+    f"end is above {ECE_THRESHOLD} and the ECE exceeds what a perfectly calibrated model with "
+    "the same confidences scores at this sample size (95th percentile, labels redrawn from the "
+    "confidences); unclear otherwise.",
+    "yes if the paired-bootstrap 95% interval of NLL(scaled) - NLL(unscaled) on the test part "
+    "lies below 0; no (it hurt) if it lies above 0; unclear if it holds 0; n/a without a "
+    "calibration split.",
+    f"yes if the upper end of the EECE's 95% interval (K-means bins held fixed) is below "
+    f"{EECE_THRESHOLD}; no if its lower end is above {EECE_THRESHOLD}; unclear otherwise; n/a "
+    "for a single model.",
+)
+_POINT_ONLY = (
+    " No interval (--bootstrap 0, or one too large to compute): the answer ignores sampling noise."
+)
+
+
+def _ends(value: float, ci: tuple[float, float] | None) -> tuple[float, float, str]:
+    if ci is None:
+        return value, value, ""
+    return ci[0], ci[1], f" (95% CI {ci[0]:.4f} to {ci[1]:.4f})"
+
+
+def calibration_verdict(
+    ece: float, ci: tuple[float, float] | None, *, null_q95: float | None = None
+) -> Verdict:
+    """Question 1 from the unscaled ECE, its interval and the calibrated-model reference."""
+    lo, hi, text = _ends(ece, ci)
+    detail = f"ECE {ece:.4f}{text}; threshold {ECE_THRESHOLD}."
+    if null_q95 is not None:
+        detail += (
+            f" A perfectly calibrated model with these confidences would score up to "
+            f"{null_q95:.4f} here (95th percentile)."
+        )
+    if ci is None:
+        detail += _POINT_ONLY
+    if hi < ECE_THRESHOLD:
+        return Verdict(QUESTIONS[0], "yes", "good", detail)
+    if lo > ECE_THRESHOLD and (null_q95 is None or ece > null_q95):
+        return Verdict(QUESTIONS[0], "no", "bad", detail)
+    why = (
+        " The ECE is within what sampling noise gives a calibrated model: more points are needed."
+        if null_q95 is not None and ece <= null_q95
+        else " The interval holds the threshold."
+    )
+    return Verdict(QUESTIONS[0], "unclear", "warn", detail + why)
+
+
+def scaling_verdict(
+    difference: float | None,
+    ci: tuple[float, float] | None,
+    *,
+    before: float,
+    after: float | None,
+    temperature: float | None = None,
+) -> Verdict:
+    """Question 2 from the test-part NLL difference ``after - before`` and its paired interval."""
+    if difference is None or after is None:
+        return Verdict(
+            QUESTIONS[1],
+            "n/a",
+            "info",
+            "No calibration split: nothing was scaled (pass "
+            "--calibration-split to fit a temperature on held-out data).",
+        )
+    lo, hi, text = _ends(difference, ci)
+    t = "" if temperature is None else f" with T = {temperature:.3f}"
+    detail = (
+        f"Test NLL {before:.4f} -> {after:.4f}{t}: difference {difference:+.4f}{text}, "
+        "paired bootstrap."
+    )
+    if ci is None:
+        detail += _POINT_ONLY
+    if hi < 0:
+        return Verdict(QUESTIONS[1], "yes", "good", detail)
+    if lo > 0:
+        return Verdict(QUESTIONS[1], "no, it made NLL worse", "bad", detail)
+    return Verdict(QUESTIONS[1], "unclear", "warn", detail + " The interval holds 0.")
+
+
+def epistemic_verdict(
+    eece: float | None, ci: tuple[float, float] | None, *, members: int
+) -> Verdict:
+    """Question 3 from the EECE and its interval (bins held fixed)."""
+    if members < 2 or eece is None:
+        return Verdict(
+            QUESTIONS[2], "n/a", "info", "A single model: no member disagreement to calibrate."
+        )
+    lo, hi, text = _ends(eece, ci)
+    detail = f"EECE {eece:.4f}{text}; threshold {EECE_THRESHOLD}; {members} members."
+    if ci is None:
+        detail += _POINT_ONLY
+    if hi < EECE_THRESHOLD:
+        return Verdict(QUESTIONS[2], "yes", "good", detail)
+    if lo > EECE_THRESHOLD:
+        return Verdict(QUESTIONS[2], "no", "bad", detail)
+    return Verdict(QUESTIONS[2], "unclear", "warn", detail + " The interval holds the threshold.")
+
+
+def verdict_dict(
+    verdict: Verdict,
+    rule: str,
+    value: float | None = None,
+    ci: tuple[float, float] | None = None,
+) -> dict[str, Any]:
+    """A verdict as JSON-ready data, with the rule that produced it and the number it read
+    (``value``, ``ci_low``, ``ci_high``; ``None`` where there is none)."""
+    low, high = (None, None) if ci is None else ci
+    return {**asdict(verdict), "rule": rule, "value": value, "ci_low": low, "ci_high": high}

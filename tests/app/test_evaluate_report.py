@@ -1,0 +1,253 @@
+"""``bensemble evaluate``'s report: report.html, intervals, per-class table, conformal extras,
+the --bootstrap option and the per-stage progress lines."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from bensemble.app.evaluate import evaluate_predictions
+from bensemble.app.evaluate_summary import bootstrap_plan
+from bensemble.cli import main
+
+
+def _members(m=3, n=300, k=4, seed=0, sharpness=1.0):
+    g = torch.Generator().manual_seed(seed)
+    true = 2.0 * torch.randn(n, k, generator=g, dtype=torch.float64)
+    labels = torch.multinomial(torch.softmax(true, 1), 1, generator=g).squeeze(1)
+    noise = 0.3 * torch.randn(m, n, k, generator=g, dtype=torch.float64)
+    return torch.softmax(sharpness * (true + noise), -1), labels
+
+
+def _save(tmp_path, m=3, n=300, k=4):
+    probs, labels = _members(m, n, k)
+    np.save(tmp_path / "pred.npy", probs.numpy())
+    np.save(tmp_path / "labels.npy", labels.numpy())
+    return str(tmp_path / "pred.npy"), str(tmp_path / "labels.npy")
+
+
+def _run(argv, capsys):
+    code = main(["evaluate", *map(str, argv)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def split_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ev")
+    pred, lab = _save(tmp)
+    out = tmp / "report"
+    argv = ["evaluate", pred, "--labels", lab, "--calibration-split", "0.5", "--out", str(out)]
+    argv += ["--bootstrap", "50", "--conformal-score", "aps", "--json"]
+    stdout = io.StringIO()
+    real = sys.stdout
+    sys.stdout = stdout
+    try:
+        code = main(argv)
+    finally:
+        sys.stdout = real
+    return code, json.loads(stdout.getvalue()), out
+
+
+# ----------------------------------------------------------------------------- report.html
+def test_report_html_is_self_contained_with_the_verdict_block(split_run):
+    code, result, out = split_run
+    assert code == 0
+    html = (out / "report.html").read_text()
+    assert any(f.endswith("report.html") for f in result["report"]["files"])
+    assert not re.search(r"""(src|href)\s*=\s*["']?https?://""", html)
+    imgs = re.findall(r"<img [^>]*src=\"([^\"]*)\"", html)
+    assert len(imgs) >= 4 and all(src.startswith("data:image/png;base64,") for src in imgs)
+    assert '<section class="summary" id="verdict">' in html
+    for question in (
+        "Is the model calibrated?",
+        "Did temperature scaling help on held-out data?",
+        "Are the members&#x27; uncertainties epistemically calibrated?",
+    ):
+        assert question in html
+    assert "<script" not in html
+    summary = json.loads((out / "summary.json").read_text())
+    assert "report.html" in summary["files"] and "risk_coverage.png" in summary["files"]
+
+
+def test_embedded_figures_are_the_png_files(split_run):
+    import base64
+
+    _, _, out = split_run
+    html = (out / "report.html").read_text()
+    embedded = {base64.b64decode(s) for s in re.findall(r"base64,([A-Za-z0-9+/=]+)", html)}
+    for name in ("reliability", "reliability_scaled", "epistemic_reliability", "risk_coverage"):
+        assert (out / f"{name}.png").read_bytes() in embedded, name
+
+
+def test_uncertainty_columns_have_units_in_markdown_and_html(split_run):
+    _, _, out = split_run
+    md = (out / "ensemble.md").read_text()
+    html = (out / "report.html").read_text()
+    for text in (md, html):
+        assert "mutual information" in text and "nats" in text
+        assert "squared-probability units" in text
+
+
+# ----------------------------------------------------------------------------- intervals
+def test_every_headline_number_has_an_interval_around_the_reported_value(split_run):
+    _, result, _ = split_run
+    rows = {(r["stage"], r["metric"]): r for r in result["intervals"]}
+    metrics = ("accuracy", "nll", "brier", "ece", "classwise_ece", "error_auroc", "aurc")
+    stages = ("unscaled", "temperature-scaled")
+    for stage, row, sel in zip(stages, result["metrics"], result["selective"]):
+        row = {**row, **sel}
+        for metric in metrics:
+            got = rows[(stage, metric)]
+            assert got["value"] == row[metric]
+            assert got["ci_low"] <= got["ci_high"]
+    for metric in ("coverage", "mean_set_size", "empty_set_rate"):
+        assert rows[("conformal", metric)]["value"] == result["conformal"][metric]
+    assert rows[("ensemble", "eece")]["value"] == result["ensemble"]["eece"]
+    assert ("scaled - unscaled", "nll") in rows
+
+
+@pytest.mark.parametrize("members", [3, 1])
+def test_all_ones_weights_reproduce_every_reported_number(members):
+    probs, labels = _members(m=members, n=240, k=3, seed=4)
+    ev = evaluate_predictions(probs, labels, calibration_split=0.5, bootstrap=0, seed=2)
+    got = bootstrap_plan(ev).evaluate(torch.ones(1, ev.labels.shape[0]))
+    reported = {
+        "unscaled": {**ev.metrics[0], **ev.selective[0]},
+        "temperature-scaled": {**ev.metrics[1], **ev.selective[1]},
+    }
+    reported["conformal"] = ev.conformal
+    reported["ensemble"] = ev.ensemble or {}
+    reported["scaled - unscaled"] = {"nll": ev.metrics[1]["nll"] - ev.metrics[0]["nll"]}
+    assert len(got) >= 18
+    for key, value in got.items():
+        stage, metric = key.split(":")
+        assert value.item() == pytest.approx(reported[stage][metric], rel=1e-10, abs=1e-12), key
+
+
+def test_bootstrap_zero_disables_intervals(tmp_path, capsys):
+    pred, lab = _save(tmp_path)
+    out = tmp_path / "r"
+    code, stdout, stderr = _run(
+        [pred, "--labels", lab, "--bootstrap", "0", "--out", out, "--json"], capsys
+    )
+    assert code == 0, stderr
+    result = json.loads(stdout)
+    assert result["intervals"] == [] and result["setup"]["bootstrap"] == 0
+    assert not (out / "intervals.csv").exists()
+    assert "No interval" in result["verdicts"][0]["detail"]
+
+
+def test_intervals_are_seeded(tmp_path):
+    probs, labels = _members(n=200)
+    a = evaluate_predictions(probs, labels, bootstrap=30, seed=1).intervals
+    b = evaluate_predictions(probs, labels, bootstrap=30, seed=1).intervals
+    c = evaluate_predictions(probs, labels, bootstrap=30, seed=2).intervals
+    assert a == b and a != c
+
+
+@pytest.mark.parametrize("bad", ["-1", "1.5", "100001", "many"])
+def test_bad_bootstrap_exits_2_with_one_line(tmp_path, capsys, bad):
+    pred, lab = _save(tmp_path)
+    code, stdout, stderr = _run(
+        [pred, "--labels", lab, "--bootstrap", bad, "--out", tmp_path / "r"], capsys
+    )
+    assert code == 2
+    assert stderr.count("\n") == 1 and stderr.startswith("bensemble evaluate: error: ")
+    assert "--bootstrap" in stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_bad_bootstrap_in_the_function():
+    probs, labels = _members(n=50)
+    with pytest.raises(ValueError, match="`bootstrap` must be an integer in"):
+        evaluate_predictions(probs, labels, bootstrap=-3)
+
+
+# ----------------------------------------------------------------------------- per class, conformal
+@pytest.mark.parametrize("k", [20, 21])
+def test_per_class_table_for_at_most_20_classes(tmp_path, capsys, k):
+    pred, lab = _save(tmp_path, m=2, n=420, k=k)
+    out = tmp_path / "r"
+    argv = [pred, "--labels", lab, "--bootstrap", "0", "--out", out, "--json"]
+    code, stdout, stderr = _run(argv, capsys)
+    assert code == 0, stderr
+    result = json.loads(stdout)
+    html = (out / "report.html").read_text()
+    if k <= 20:
+        assert len(result["per_class"]) == k and (out / "per_class.csv").exists()
+        assert "Per class" in html
+        labels = np.load(tmp_path / "labels.npy")
+        assert [r["support"] for r in result["per_class"]] == np.bincount(
+            labels, minlength=k
+        ).tolist()
+    else:
+        assert result["per_class"] is None and not (out / "per_class.csv").exists()
+        assert "Per class" not in html
+
+
+def test_empty_set_rate_and_per_class_coverage_match_a_direct_computation():
+    # randomised APS with a large alpha returns empty sets
+    probs, labels = _members(m=2, n=600, k=3, seed=3)
+    ev = evaluate_predictions(
+        probs, labels, calibration_split=0.5, alpha=0.4, conformal_score="aps", bootstrap=0
+    )
+    sets = ev.sets.numpy()
+    y = ev.labels.numpy()
+    empty = float((~sets.any(1)).mean())
+    assert empty > 0
+    assert ev.conformal["empty_set_rate"] == pytest.approx(empty, abs=1e-15)
+    for row in ev.per_class:
+        c = row["class"]
+        assert row["coverage"] == pytest.approx(float(sets[y == c, c].mean()), abs=1e-15)
+        assert row["support"] == int((y == c).sum())
+
+
+# ----------------------------------------------------------------------------- progress
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("flag", [[], ["--no-progress"]])
+def test_one_progress_line_per_stage_on_a_terminal(tmp_path, capsys, monkeypatch, flag):
+    pred, lab = _save(tmp_path)
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    argv = [pred, "--labels", lab, "--calibration-split", "0.5", "--bootstrap", "20", *flag]
+    code = main(["evaluate", *argv, "--out", str(tmp_path / "r")])
+    capsys.readouterr()
+    assert code == 0
+    lines = terminal.getvalue().splitlines()
+    if flag:
+        assert lines == []
+        return
+    stages = [line.split(" ... ")[0] for line in lines]
+    assert stages == [
+        "evaluate: metrics of the unscaled prediction",
+        "evaluate: temperature scaling",
+        "evaluate: conformal sets",
+        "evaluate: uncertainty decomposition",
+        "evaluate: EECE",
+        "evaluate: bootstrap (20 replicates)",
+    ]
+    assert all(re.fullmatch(r".* \.\.\. \d+\.\d s", line) for line in lines)
+
+
+def test_a_statistic_too_large_for_the_design_is_skipped_with_a_note(monkeypatch):
+    import bensemble.app.bootstrap as B
+
+    probs, labels = _members(m=3, n=200, k=4)
+    # room for the means, ECE bins and the classwise ECE (n * K each), not for the EECE
+    monkeypatch.setattr(B, "MAX_DESIGN_ENTRIES", 4000)
+    ev = evaluate_predictions(probs, labels, bootstrap=20)
+    metrics = {(r["stage"], r["metric"]) for r in ev.intervals}
+    assert ("ensemble", "eece") not in metrics and ("unscaled", "ece") in metrics
+    assert any("No interval for ensemble:eece" in note for note in ev.notes)
+    assert ev.verdicts[2]["ci_low"] is None and "No interval" in ev.verdicts[2]["detail"]
