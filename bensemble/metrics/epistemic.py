@@ -63,6 +63,7 @@ from bensemble.metrics._kmeans import (
     resolve_seed,
 )
 from bensemble.metrics._kmeans_batched import map_classes
+from bensemble.metrics._kmeans_classes import fit_classes
 
 __all__ = [
     "EECEDetails",
@@ -390,9 +391,25 @@ def expected_epistemic_calibration_error(
                 },
             )
 
-        # the K per-class fits run concurrently with single-threaded kernels: the results of
-        # the sequential single-threaded loop (see bensemble.metrics._kmeans_batched)
-        results = map_classes(fit_class, groups) if groups > 1 else [fit_class(0)]
+        if groups > 1 and binning == "kmeans" and backend in ("auto", "torch"):
+            # the K per-class fits run batched, chunks of classes on single-threaded workers:
+            # class for class the results of the single-threaded per-class loop (see
+            # bensemble.metrics._kmeans_classes)
+            results = fit_classes(
+                lambda k: cols[:, k * n : (k + 1) * n].T,
+                groups,
+                n_bins,
+                seed=run,
+                fallback=fit_class,
+                subsample=subsample,
+                refine=refine,
+                max_iter=max_iter,
+                tol=tol,
+            )
+        else:
+            # other backends: the per-class fits run concurrently with single-threaded kernels
+            # (see bensemble.metrics._kmeans_batched)
+            results = map_classes(fit_class, groups) if groups > 1 else [fit_class(0)]
         class_ids, class_slots, infos = (list(r) for r in zip(*results, strict=True))
         return class_ids, max(class_slots), binning, *merge_infos(infos)
 
