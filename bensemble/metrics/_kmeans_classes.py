@@ -217,6 +217,7 @@ def fit_classes(
     max_iter: int = 300,
     tol: float = 1e-4,
     workers: int | None = None,
+    max_batch: int | None = None,
 ) -> list[tuple[torch.Tensor, int, dict[str, Any]]]:
     """Bins of every class from batched ``"torch"`` K-means fits, class by class identical to
     ``partition(vectors(k), binning="kmeans", backend="torch", seed=seed, ...)``.
@@ -230,6 +231,7 @@ def fit_classes(
             per-class path).
         subsample, refine, max_iter, tol: as in :func:`bensemble.metrics.fit_bins`.
         workers: single-threaded workers (default: torch's intra-op thread count).
+        max_batch: at most this many classes per batch (default: :func:`_chunk_size`'s rule).
 
     Returns:
         Per class ``(bin ids [N], number of bins, fit info)``, in class order.
@@ -244,6 +246,8 @@ def fit_classes(
     n_rows = min(vectors_rows, subsample) if subsample is not None else vectors_rows
     budget = workers if workers is not None else torch.get_num_threads()
     size = _chunk_size(n_classes, n_rows, n_bins, max(1, budget))
+    if max_batch is not None:
+        size = max(1, min(size, max_batch))
     starts = list(range(0, n_classes, size))
 
     def _settings(k: int) -> dict[str, Any]:
