@@ -12,7 +12,7 @@ fit the same classes with the same seed.
   2-core machine, so each row times both paths on the same ``S`` classes (``--classes``, default
   4) of the K-class problem; per-class fits are independent, so the ratio is the K-class ratio.
 * Rows "N = 2,000": small classes, where the per-op cost of K separate fits dominates and the
-  batching pays (``--small-classes``, default 200 classes).
+  batching pays (``--small-classes``, default 100 classes).
 
 Agreement: ``bins`` is the fraction of classes whose bins equal those of the per-class loop run
 with one intra-op thread (ours is bit-identical to it by construction; 1.0 expected). The column
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="print only, fewer classes")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (2)")
     parser.add_argument("--classes", type=int, default=4, help="classes timed at N=50,000 (4)")
-    parser.add_argument("--small-classes", type=int, default=200, help="classes at N=2,000")
+    parser.add_argument("--small-classes", type=int, default=100, help="classes at N=2,000")
     parser.add_argument("--busy", type=int, default=0, help="spinning processes while timing")
     parser.add_argument("--sweep", action="store_true", help="batch-size sweep, then exit")
     args = parser.parse_args(argv)
