@@ -211,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         print(_harness.format_table(results))
         print("\n".join(notes))
     else:
-        section = "bench_eece_classwise" + (f" ({args.threads} threads" if args.threads else "")
+        plural = "s" if args.threads > 1 else ""
+        section = f"bench_eece_classwise ({args.threads} thread{plural}"
         section += f", {args.busy} busy)" if args.busy else ")"
         _harness.write_results(results, section=section, notes=notes)
     return 0
