@@ -5,6 +5,14 @@ are the Voronoi cells of K-means centroids fitted on the ``[N, H]`` matrix of me
 module fits the centroids (:func:`fit_bins`) and assigns points to their nearest centroid
 (:func:`assign_bins`), so a partition can be fitted once and reused.
 
+Layout: this module holds the public API (:func:`fit_bins`, :func:`assign_bins`,
+:func:`kmeans_inertia`) and the per-fit driver ``_fit``; the chunked nearest-centroid kernels are
+in :mod:`~bensemble.metrics._kmeans_assign`, the ``"torch"`` seeding and Lloyd iterations in
+:mod:`~bensemble.metrics._kmeans_core`, the scikit-learn and faiss backends in
+:mod:`~bensemble.metrics._kmeans_backends`. The classwise EECE fits its ``K`` per-class
+partitions batched (:mod:`~bensemble.metrics._kmeans_classes`), bit-identical to a
+single-threaded loop of ``_fit``.
+
 Backends (``backend=``):
 
 * ``"torch"`` - our own K-means: greedy k-means++ seeding (``2 + floor(ln M)`` candidates per step,
