@@ -47,10 +47,10 @@ __all__ = ["fit_classes", "MAX_BATCH_SCORES"]
 
 _F32, _F64 = torch.float32, torch.float64
 #: Bound on ``classes x rows x bins`` of one batch. Batching only saves per-op costs and costs
-#: cache: on the 2-core benchmark machine (one thread, 100 bins, H = 10) batches of 1,000-row
-#: classes fitted 2.2x faster than one class at a time, 2,000-row classes 1.3x, and 5,000-row
-#: classes or larger no faster (``benchmarks/bench_eece_classwise.py --sweep``); 2^21 gives
-#: 20 classes of 1,000 rows, 4 of 5,000 and one (the per-class path) from 20,000 rows.
+#: cache: on the loaded 2-core benchmark machine (one thread, 100 bins, H = 10) batches were
+#: 1.63x faster than one class at a time at 1,000 rows per class, 1.95x at 2,000, 1.15x at 5,000
+#: and 1.12x at 10,000 (``python benchmarks/bench_eece_classwise.py --sweep``); 2^21 gives 20
+#: classes of 1,000 rows, 4 of 5,000, 2 of 10,000 and one (the per-class path) from 20,000 rows.
 MAX_BATCH_SCORES = 1 << 21
 
 
