@@ -1,29 +1,37 @@
-"""Classwise EECE K-means at K = 100 and K = 1000 classes: concurrent single-threaded per-class
-fits (``bensemble.metrics._kmeans_batched.map_classes``, today's path) vs the previous
-sequential per-class loop with torch's intra-op threads.
+"""Classwise EECE K-means at K = 100 and K = 1000 classes: the path the classwise EECE runs now
+(``bensemble.metrics._kmeans_classes.fit_classes``: batched chunks of classes on single-threaded
+workers) vs the previous sequential per-class loop (``_fit`` then ``_assign`` per class, with
+torch's intra-op threads), in the same run.
 
-Workload: N = 50,000 points, H = 10 members, 100 bins per class (the EECE default). The member
-vectors of class ``k`` are ``sigmoid(z - log(K - 1) + 2 u)`` with ``z`` standard normal per
-member and point and ``u`` per point (the one-vs-rest probability of a K-class softmax with
-spread logits). Both paths fit the same classes with the same seed. Ours is bit-identical to the
-loop run with one intra-op thread (checked, in the note); against the loop with N threads,
-reductions sum in another order and k-means++ may break near-ties differently, so the 'agreement'
-column is the largest relative difference in K-means inertia (target <= 1%).
+Workload: H = 10 members, 100 bins per class (the EECE default). The member vectors of class
+``k`` are ``sigmoid(z - log(K - 1) + 2 u)`` with ``z`` standard normal per member and point and
+``u`` per point (the one-vs-rest probability of a K-class softmax with spread logits). Both paths
+fit the same classes with the same seed.
 
-Both paths are linear in K (K independent fits), and the previous loop costs 10-50 s per class on
-the loaded 2-core benchmark machine, so a full K = 1000 loop (hours) is out of reach here: each
-row times both paths on the same ``S`` classes (``--classes``, default 2) of the K-class problem;
-the ratio is the measured one, and the per-K totals in the notes are ``K / S`` times the
-measured times.
+* Rows "N = 50,000": the issue's workload. A full K = 1000 loop takes minutes to hours on the
+  2-core machine, so each row times both paths on the same ``S`` classes (``--classes``, default
+  4) of the K-class problem; per-class fits are independent, so the ratio is the K-class ratio.
+* Rows "N = 2,000": small classes, where the per-op cost of K separate fits dominates and the
+  batching pays (``--small-classes``, default 100 classes).
 
-Run: ``python benchmarks/bench_eece_classwise.py [--quick] [--threads 2] [--classes 2]``
-(``--quick``: N = 10,000, 1 run).
+Agreement: ``bins`` is the fraction of classes whose bins equal those of the per-class loop run
+with one intra-op thread (ours is bit-identical to it by construction; 1.0 expected). The column
+``agreement`` is the largest relative difference in within-bin sum of squares against the loop
+run with ``--threads`` threads (threaded reductions sum in another order, and k-means++ may then
+break a near-tie differently).
+
+Run: ``python benchmarks/bench_eece_classwise.py [--threads 2] [--busy 0] [--quick]``; ``--busy B``
+starts B spinning processes for the timed part (an oversubscribed machine), ``--quick`` prints
+without writing ``results.md``. ``--sweep`` prints the batch-size sweep behind
+``MAX_BATCH_SCORES`` (one thread, one class at a time vs batches).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,71 +44,177 @@ sys.path.insert(0, str(HERE.parent))
 
 import _harness  # noqa: E402
 
-from bensemble.metrics._kmeans import _fit  # noqa: E402
-from bensemble.metrics._kmeans_batched import map_classes, single_threaded  # noqa: E402
+from bensemble.metrics import _kmeans_classes  # noqa: E402
+from bensemble.metrics._epistemic_checks import partition  # noqa: E402
+from bensemble.metrics._kmeans import _assign, _fit  # noqa: E402
+from bensemble.metrics._kmeans_batched import single_threaded  # noqa: E402
+
+N_BINS, H, SEED = 100, 10, 0
 
 
-def _class_vectors(n_classes: int, classes: int, n: int, h: int = 10) -> list[torch.Tensor]:
+def _class_vectors(n_classes: int, classes: int, n: int) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(n_classes)
     out = []
     for _ in range(classes):
-        z = torch.randn(n, h, generator=g, dtype=torch.float64)
+        z = torch.randn(n, H, generator=g, dtype=torch.float64)
         u = torch.randn(n, 1, generator=g, dtype=torch.float64)
         out.append(torch.sigmoid(z - math.log(n_classes - 1) + 2 * u))
     return out
 
 
+def previous_loop(xs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The previous classwise path: one ``_fit`` per class, then its bins, one after another."""
+    return [_assign(x, _fit(x, N_BINS, seed=SEED).centroids)[0] for x in xs]
+
+
+def ours(
+    xs: list[torch.Tensor], workers: int | None = None, max_batch: int | None = None
+) -> list[torch.Tensor]:
+    """What the classwise EECE runs now."""
+
+    def fallback(k):
+        return partition(
+            xs[k],
+            binning="kmeans",
+            n_bins=N_BINS,
+            centroids=None,
+            backend="torch",
+            seed=SEED,
+            fit_options={
+                "subsample": 50_000,
+                "refine": 2,
+                "max_iter": 300,
+                "tol": 1e-4,
+                "batch_size": 8192,
+            },
+        )
+
+    out = _kmeans_classes.fit_classes(
+        lambda k: xs[k],
+        len(xs),
+        N_BINS,
+        seed=SEED,
+        fallback=fallback,
+        workers=workers,
+        max_batch=max_batch,
+    )
+    return [ids for ids, _, _ in out]
+
+
+def _within_ss(x: torch.Tensor, ids: torch.Tensor) -> float:
+    m = int(ids.max()) + 1
+    counts = torch.bincount(ids, minlength=m).clamp_min(1)[:, None].to(x.dtype)
+    means = torch.zeros(m, x.shape[1], dtype=x.dtype).index_add_(0, ids, x) / counts
+    return float(((x - means[ids]) ** 2).sum())
+
+
+def _timed(fn, cpu: list[float] | None = None):
+    """Wall time of ``fn()`` (and its CPU time, all threads, appended to ``cpu``)."""
+    c, t = time.process_time(), time.perf_counter()
+    out = fn()
+    wall = time.perf_counter() - t
+    if cpu is not None:
+        cpu.append(time.process_time() - c)
+    return wall, out
+
+
+def _busy(count: int) -> list[subprocess.Popen]:
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+
+
+def _row(label, xs, threads, target):
+    torch.set_num_threads(threads)
+    cpu: list[float] = []
+    t_loop, loop = _timed(lambda: previous_loop(xs), cpu)
+    t_ours, mine = _timed(lambda: ours(xs), cpu)
+    with single_threaded():
+        loop1 = previous_loop(xs)
+    same = sum(torch.equal(a, b) for a, b in zip(mine, loop1, strict=True)) / len(xs)
+    diff = max(
+        abs(_within_ss(x, a) - _within_ss(x, b)) / _within_ss(x, b)
+        for x, a, b in zip(xs, mine, loop, strict=True)
+    )
+    return _harness.Result(
+        label,
+        f"previous per-class loop, {threads} torch thread(s)",
+        t_loop,
+        t_ours,
+        diff,
+        target=target,
+        note=f"bins identical to the 1-thread loop: {same:.0%} of classes; CPU time "
+        f"{cpu[0]:.2f} s -> {cpu[1]:.2f} s ({cpu[0] / cpu[1]:.2f}x)",
+    )
+
+
+def sweep() -> None:
+    torch.set_num_threads(1)
+    for n, classes in ((1000, 40), (2000, 40), (5000, 16), (10000, 8), (20000, 4)):
+        xs = _class_vectors(1000, classes, n)
+        t_one, _ = _timed(lambda xs=xs: ours(xs, workers=1, max_batch=1))
+        t_batch, _ = _timed(lambda xs=xs: ours(xs, workers=1))
+        size = _kmeans_classes._chunk_size(classes, n, N_BINS, 1)
+        print(
+            f"N={n:>6} {classes} classes: one at a time {t_one:.3f} s, batches of {size} "
+            f"{t_batch:.3f} s ({t_one / t_batch:.2f}x)"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="N = 10,000, one run, no file")
+    parser.add_argument("--quick", action="store_true", help="print only, fewer classes")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (2)")
-    parser.add_argument("--classes", type=int, default=2, help="classes timed per K (2)")
-    parser.add_argument("--runs", type=int, default=2, help="runs per K (2)")
+    parser.add_argument("--classes", type=int, default=4, help="classes timed at N=50,000 (4)")
+    parser.add_argument("--small-classes", type=int, default=100, help="classes at N=2,000")
+    parser.add_argument("--busy", type=int, default=0, help="spinning processes while timing")
+    parser.add_argument("--sweep", action="store_true", help="batch-size sweep, then exit")
     args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    n = 10_000 if args.quick else 50_000
-    runs = 1 if args.quick else args.runs
-    results, notes = [], [f"torch threads: {args.threads}; N = {n:,}, H = 10, 100 bins per class"]
-    for n_classes in (100, 1000):
-        xs = _class_vectors(n_classes, args.classes, n)
-        for run in range(runs):
-            t = time.perf_counter()
-            ours = map_classes(lambda k, xs=xs: _fit(xs[k], 100, seed=0), len(xs))
-            t_ours = time.perf_counter() - t
-            t = time.perf_counter()
-            loop = [_fit(x, 100, seed=0) for x in xs]
-            t_loop = time.perf_counter() - t
-            # same algorithm, but 1 vs N threads sum in a different order: ties in k-means++
-            # can then pick other centres, so compare the objective (inertia) ...
-            diff = max(abs(a.inertia - b.inertia) / b.inertia for a, b in zip(ours, loop))
-            # ... and check bit-identity against the loop run with one thread, as ours is
-            with single_threaded():
-                loop1 = [_fit(x, 100, seed=0) for x in xs]
-            same = all(torch.equal(a.centroids, b.centroids) for a, b in zip(ours, loop1))
+    if args.sweep:
+        sweep()
+        return 0
+    classes = 2 if args.quick else args.classes
+    small = 40 if args.quick else args.small_classes
+    busy = _busy(args.busy)
+    try:
+        load = os.getloadavg()[0]
+        results = []
+        for n_classes in (100, 1000):
+            xs = _class_vectors(n_classes, classes, 50_000)
             results.append(
-                _harness.Result(
-                    f"classwise K-means K={n_classes}: {args.classes} of {n_classes} classes "
-                    f"(run {run + 1})",
-                    "sequential per-class loop",
-                    t_loop,
-                    t_ours,
-                    diff,
-                    target=5.0 if n_classes == 1000 else None,
-                    note="agreement: max relative inertia difference to the loop; centroids "
-                    + ("identical" if same else "DIFFER")
-                    + " to the 1-thread loop",
+                _row(
+                    f"classwise K-means K={n_classes}, N=50,000: {classes} of {n_classes} classes",
+                    xs,
+                    args.threads,
+                    5.0 if n_classes == 1000 else None,
                 )
             )
-            scale = n_classes / len(xs)
-            notes.append(
-                f"K={n_classes} run {run + 1}: extrapolated to all {n_classes} classes: loop "
-                f"{t_loop * scale:.0f} s, ours {t_ours * scale:.0f} s"
+        xs = _class_vectors(1000, small, 2_000)
+        results.append(
+            _row(
+                f"classwise K-means K=1000, N=2,000: {small} of 1000 classes",
+                xs,
+                args.threads,
+                None,
             )
+        )
+        load = max(load, os.getloadavg()[0])
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    notes = [
+        f"torch threads: {args.threads}; H = 10, 100 bins per class; {args.busy} extra spinning "
+        f"processes; load average (1 min) up to {load:.1f} during the run",
+        "agreement: max relative difference in within-bin sum of squares vs the loop with the "
+        "same threads",
+    ]
     if args.quick:
         print(_harness.format_table(results))
         print("\n".join(notes))
     else:
-        _harness.write_results(results, notes=notes)
+        plural = "s" if args.threads > 1 else ""
+        section = f"bench_eece_classwise ({args.threads} thread{plural}"
+        section += f", {args.busy} busy)" if args.busy else ")"
+        _harness.write_results(results, section=section, notes=notes)
     return 0
 
 

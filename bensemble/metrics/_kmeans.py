@@ -5,6 +5,14 @@ are the Voronoi cells of K-means centroids fitted on the ``[N, H]`` matrix of me
 module fits the centroids (:func:`fit_bins`) and assigns points to their nearest centroid
 (:func:`assign_bins`), so a partition can be fitted once and reused.
 
+Layout: this module holds the public API (:func:`fit_bins`, :func:`assign_bins`,
+:func:`kmeans_inertia`) and the per-fit driver ``_fit``; the chunked nearest-centroid kernels are
+in :mod:`~bensemble.metrics._kmeans_assign`, the ``"torch"`` seeding and Lloyd iterations in
+:mod:`~bensemble.metrics._kmeans_core`, the scikit-learn and faiss backends in
+:mod:`~bensemble.metrics._kmeans_backends`. The classwise EECE fits its ``K`` per-class
+partitions batched (:mod:`~bensemble.metrics._kmeans_classes`), bit-identical to a
+single-threaded loop of ``_fit``.
+
 Backends (``backend=``):
 
 * ``"torch"`` - our own K-means: greedy k-means++ seeding (``2 + floor(ln M)`` candidates per step,
@@ -42,7 +50,6 @@ small problems are unaffected.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +62,17 @@ from bensemble._validation import (
     check_positive,
     check_positive_int,
 )
+
+# The kernels live in _kmeans_assign / _kmeans_core / _kmeans_backends; the private names are
+# re-exported here for the modules and tests that import them from this module.
+from bensemble.metrics._kmeans_assign import (  # noqa: F401
+    _assign,
+    _chunks,
+    _n_distinct_at_least,
+    _refine,
+)
+from bensemble.metrics._kmeans_backends import _fit_faiss, _fit_sklearn
+from bensemble.metrics._kmeans_core import _fit_torch, _kmeans_plusplus, _lloyd  # noqa: F401
 
 __all__ = [
     "BACKENDS",
@@ -74,8 +92,6 @@ DEFAULT_SUBSAMPLE = 50_000
 DEFAULT_REFINE = 2
 #: Minimum mini-batch size of the ``"minibatch"`` backend.
 MIN_MINIBATCH = 8192
-# Elements of the [rows, M] distance block per chunk: 4 MB in float64, which stays in cache.
-_CHUNK_ELEMENTS = 1 << 19
 
 
 @dataclass(frozen=True)
@@ -121,210 +137,6 @@ def resolve_seed(generator: torch.Generator | None, seed: int | None, fn: str) -
             f"{fn}: `generator` must be a torch.Generator (got {type(generator).__name__})"
         )
     return int(torch.randint(0, 2**62, (1,), generator=generator))
-
-
-def _chunk_rows(n_centroids: int) -> int:
-    return max(256, _CHUNK_ELEMENTS // max(n_centroids, 1))
-
-
-def _argmin_rows(scores: torch.Tensor) -> torch.Tensor:
-    """Row-wise argmin (first index on ties). On the CPU numpy's SIMD argmin is 2-4x faster
-    than torch's for rows of a few hundred values (measured at 200 columns), so use it there."""
-    if scores.device.type == "cpu":
-        return torch.from_numpy(scores.numpy().argmin(axis=1).astype(np.int64, copy=False))
-    return scores.argmin(dim=1)
-
-
-def _chunks(x: torch.Tensor, centroids: torch.Tensor, dtype: torch.dtype):
-    """Yield ``(start, rows, ids, scores)`` per cache-sized chunk of rows, where ``scores`` are
-    ``||c||^2 - 2 x.c`` from one ``addmm`` in ``dtype`` and ``ids`` their row-wise argmin
-    (``scores`` is overwritten by the next chunk)."""
-    c = centroids.to(dtype)
-    c_sq = (c * c).sum(1)
-    c_t = c.T.contiguous()
-    step = min(_chunk_rows(c.shape[0]), x.shape[0])
-    # One reused output block: a fresh multi-MB allocation per chunk costs page faults.
-    block = torch.empty(step, c.shape[0], dtype=dtype, device=x.device)
-    for start in range(0, x.shape[0], step):
-        xb = x[start : start + step]
-        scores = torch.addmm(c_sq, xb.to(dtype), c_t, alpha=-2.0, out=block[: xb.shape[0]])
-        yield start, xb, _argmin_rows(scores), scores
-
-
-def _assign(
-    x: torch.Tensor, centroids: torch.Tensor, *, with_distances: bool = False
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Nearest centroid per row (ties -> lower index) and optionally the squared distance,
-    computed in ``x``'s dtype; ``||x||^2`` is added back only for the distances."""
-    n = x.shape[0]
-    ids = torch.empty(n, dtype=torch.int64, device=x.device)
-    dist = torch.empty(n, dtype=x.dtype, device=x.device) if with_distances else None
-    for start, xb, arg, scores in _chunks(x, centroids, x.dtype):
-        ids[start : start + xb.shape[0]] = arg
-        if with_distances:
-            best = scores.gather(1, arg[:, None].to(scores.device))[:, 0]
-            dist[start : start + xb.shape[0]] = (best + (xb * xb).sum(1)).clamp_min_(0.0)
-    return ids, dist
-
-
-def _refine(x: torch.Tensor, centroids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One Lloyd step over every row of ``x`` (float64), chunk by chunk: distances in float32,
-    per-centroid sums in float64. Returns the new centroids and the rows each one received."""
-    m = centroids.shape[0]
-    sums = torch.zeros_like(centroids, dtype=torch.float64)
-    counts = torch.zeros(m, dtype=torch.int64, device=x.device)
-    for _, xb, arg, _ in _chunks(x, centroids, torch.float32):
-        arg = arg.to(x.device)
-        sums.index_add_(0, arg, xb.to(torch.float64))
-        counts += torch.bincount(arg, minlength=m)
-    new = sums / counts.clamp_min(1)[:, None].to(torch.float64)
-    return torch.where(counts[:, None] > 0, new, centroids.to(torch.float64)), counts
-
-
-def _candidate_dist(
-    x: torch.Tensor,
-    x_t: torch.Tensor,
-    x_sq: torch.Tensor,
-    rows: torch.Tensor,
-    closest: torch.Tensor,
-) -> torch.Tensor:
-    """``min(closest, ||x - x[rows]||^2)`` as ``[R, N]``.
-
-    ``c @ x_t`` with a contiguous ``x_t = x.T`` was the fastest layout for a handful of
-    candidates at every ``H`` measured (10-100; ``x @ c.T`` was up to 8x slower at H = 10), and
-    the per-candidate potentials are then contiguous row sums.
-    """
-    d = torch.addmm(x_sq[None, :], x[rows], x_t, alpha=-2.0)
-    d.add_(x_sq[rows][:, None]).clamp_min_(0.0)
-    return torch.minimum(d, closest[None, :], out=d)
-
-
-def _kmeans_plusplus(x: torch.Tensor, n_clusters: int, g: torch.Generator) -> torch.Tensor:
-    """Greedy k-means++ seeding: each step draws ``2 + floor(ln M)`` candidates with probability
-    proportional to the squared distance to the chosen centres and keeps the one that lowers the
-    potential most. Returns the row indices of the centres."""
-    n = x.shape[0]
-    n_trials = 2 + int(math.log(n_clusters))
-    x_sq = (x * x).sum(1)
-    x_t = x.T.contiguous()
-    chosen = torch.empty(n_clusters, dtype=torch.int64)
-    chosen[0] = torch.randint(n, (1,), generator=g)
-    closest = torch.full((n,), math.inf, dtype=x.dtype, device=x.device)
-    closest = _candidate_dist(x, x_t, x_sq, chosen[:1], closest)[0]
-    for k in range(1, n_clusters):
-        cum = torch.cumsum(closest, 0, dtype=torch.float64)  # float64: exact enough to sample
-        total = cum[-1]
-        if not bool(total > 0):  # every row coincides with a centre: no more distinct rows
-            return chosen[:k]
-        draws = torch.rand(n_trials, generator=g, dtype=torch.float64).to(cum.device) * total
-        candidates = torch.searchsorted(cum, draws, right=True).clamp_(max=n - 1)
-        trial = _candidate_dist(x, x_t, x_sq, candidates, closest)
-        best = int(trial.sum(1, dtype=torch.float64).argmin())
-        chosen[k] = candidates[best]
-        closest = trial[best]
-    return chosen
-
-
-def _lloyd(
-    x: torch.Tensor, centroids: torch.Tensor, max_iter: int, tol_abs: float
-) -> tuple[torch.Tensor, torch.Tensor, int, bool]:
-    """Lloyd iterations; an empty cluster keeps its centre (and is dropped by the caller)."""
-    m = centroids.shape[0]
-    labels_old = None
-    strict = converged = False
-    n_iter = 0
-    for n_iter in range(1, max_iter + 1):  # noqa: B007 - n_iter is reported
-        labels, _ = _assign(x, centroids)
-        counts = torch.bincount(labels, minlength=m)
-        sums = torch.zeros_like(centroids).index_add_(0, labels, x)
-        new = torch.where(
-            counts[:, None] > 0, sums / counts.clamp_min(1)[:, None].to(x.dtype), centroids
-        )
-        shift = float(((new - centroids) ** 2).sum())
-        centroids = new
-        if labels_old is not None and torch.equal(labels, labels_old):
-            strict = converged = True
-            break
-        labels_old = labels
-        if shift <= tol_abs:
-            converged = True
-            break
-    if not strict:
-        labels, _ = _assign(x, centroids)
-    return centroids, labels, n_iter, converged
-
-
-def _n_distinct_at_least(x: torch.Tensor, n: int) -> int:
-    """``min(n, number of distinct rows)``, cheaply when there are plenty of distinct rows.
-
-    Identical rows share a random projection, so at least as many distinct projections as ``n``
-    proves ``n`` distinct rows; only otherwise do we pay for the exact row-wise unique.
-    """
-    g = torch.Generator().manual_seed(0)
-    direction = torch.rand(x.shape[1], generator=g, dtype=x.dtype).to(x.device) + 0.5
-    if int(torch.unique(x @ direction).numel()) >= n:
-        return n
-    return min(n, int(torch.unique(x, dim=0).shape[0]))
-
-
-def _fit_torch(x, n_bins, g, max_iter, tol_abs):
-    # The fit runs in float32: about twice as fast, and distances between probability vectors
-    # need no more precision to choose a cell. Centroids come back as float64, and every
-    # assignment after the fit (the one the EECE uses) is computed in float64.
-    x32 = x.to(torch.float32)
-    seeds = _kmeans_plusplus(x32, n_bins, g)
-    centroids, labels, n_iter, converged = _lloyd(x32, x32[seeds].clone(), max_iter, tol_abs)
-    return centroids.to(torch.float64), labels, n_iter, converged
-
-
-def _fit_sklearn(x, n_bins, seed, max_iter, tol, batch_size, minibatch):
-    from sklearn.cluster import KMeans, MiniBatchKMeans
-
-    x_np = x.cpu().numpy()
-    if minibatch:
-        model = MiniBatchKMeans(
-            n_clusters=n_bins,
-            init="k-means++",
-            n_init=1,
-            batch_size=batch_size,
-            max_iter=100,
-            # scikit-learn's default 0.01 moves "small" clusters - the ones covering sparse
-            # regions of the member space - onto random dense points: on the toy benchmark it
-            # made the inertia 6x worse. 0 keeps them.
-            reassignment_ratio=0.0,
-            random_state=seed % 2**32,
-        )
-    else:
-        model = KMeans(
-            n_clusters=n_bins,
-            init="k-means++",
-            n_init=1,
-            max_iter=max_iter,
-            tol=tol,
-            random_state=seed % 2**32,
-        )
-    model.fit(x_np)
-    centroids = torch.from_numpy(np.asarray(model.cluster_centers_, dtype=np.float64))
-    labels = torch.from_numpy(np.asarray(model.labels_, dtype=np.int64))
-    n_iter = int(model.n_iter_)
-    converged = n_iter < (100 if minibatch else max_iter)
-    return centroids, labels, n_iter, converged
-
-
-def _fit_faiss(x, n_bins, seed, max_iter):
-    try:
-        import faiss
-    except ImportError:
-        raise ValueError(
-            "fit_bins: `backend` 'faiss' needs the optional faiss-cpu package "
-            "(pip install 'bensemble[faiss]'); it is not installed"
-        ) from None
-    x_np = np.ascontiguousarray(x.cpu().numpy(), dtype=np.float32)
-    km = faiss.Kmeans(x_np.shape[1], n_bins, niter=max_iter, seed=seed % 2**31, verbose=False)
-    km.train(x_np)
-    centroids = torch.from_numpy(np.asarray(km.centroids, dtype=np.float64))
-    labels, _ = _assign(x, centroids.to(x.dtype))
-    return centroids, labels, max_iter, False
 
 
 def _fit(

@@ -15,6 +15,10 @@ threads, ``threads`` being the caller's intra-op budget (``torch.get_num_threads
 releases the GIL inside its kernels, so classes proceed in parallel without barriers; the
 results are those of the sequential single-threaded loop, class for class, in class order.
 
+The classwise EECE's ``"torch"`` fits go one step further and batch the classes
+(:mod:`bensemble.metrics._kmeans_classes`, whose chunks of classes run on this pool); the other
+backends, and classes that cannot be batched, run here one class per task.
+
 Against the loop run with several intra-op threads the results can differ slightly: a threaded
 reduction sums in another order, and k-means++ may then break a near-tie between candidate
 centres the other way. ``benchmarks/bench_eece_classwise.py`` measures the effect as the relative

@@ -63,6 +63,7 @@ from bensemble.metrics._kmeans import (
     resolve_seed,
 )
 from bensemble.metrics._kmeans_batched import map_classes
+from bensemble.metrics._kmeans_classes import fit_classes
 
 __all__ = [
     "EECEDetails",
@@ -373,26 +374,28 @@ def expected_epistemic_calibration_error(
         if dense_ids is not None:
             return [dense_ids] * groups, int(bin_ids.numel()), "bins", None, {}
 
+        options = {"subsample": subsample, "refine": refine, "max_iter": max_iter, "tol": tol}
+
+        def vectors(k: int) -> torch.Tensor:
+            return cols[:, k * n : (k + 1) * n].T
+
         def fit_class(k: int) -> tuple[torch.Tensor, int, dict[str, Any]]:
             return partition(
-                cols[:, k * n : (k + 1) * n].T,
+                vectors(k),
                 binning=binning,
                 n_bins=n_bins,
                 centroids=None if class_centroids is None else class_centroids[k],
                 backend=backend,
                 seed=run,
-                fit_options={
-                    "subsample": subsample,
-                    "refine": refine,
-                    "max_iter": max_iter,
-                    "tol": tol,
-                    "batch_size": batch_size,
-                },
+                fit_options={**options, "batch_size": batch_size},
             )
 
-        # the K per-class fits run concurrently with single-threaded kernels: the results of
-        # the sequential single-threaded loop (see bensemble.metrics._kmeans_batched)
-        results = map_classes(fit_class, groups) if groups > 1 else [fit_class(0)]
+        # the K per-class fits: "torch" ones batched (bensemble.metrics._kmeans_classes), others
+        # concurrently (._kmeans_batched); both single-threaded, the results of the 1-thread loop
+        if groups > 1 and binning == "kmeans" and backend in ("auto", "torch"):
+            results = fit_classes(vectors, groups, n_bins, seed=run, fallback=fit_class, **options)
+        else:
+            results = map_classes(fit_class, groups) if groups > 1 else [fit_class(0)]
         class_ids, class_slots, infos = (list(r) for r in zip(*results, strict=True))
         return class_ids, max(class_slots), binning, *merge_infos(infos)
 

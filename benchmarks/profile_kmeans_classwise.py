@@ -1,0 +1,141 @@
+"""Where the time of one classwise K-means fit goes, and what else was tried (one torch thread,
+CPU time, the workload of ``bench_eece_classwise.py``: H = 10, 100 bins, K = 1000 one-vs-rest
+member vectors).
+
+* ``--profile``: seeding vs Lloyd per class at N = 1,000 ... 50,000 (per-op cost shows at small N),
+  and the two kernels of one Lloyd step at N = 50,000 (the float32 distance block and its argmin).
+* ``--subsample``: fitting on 10,000 / 20,000 rows with 2 / 5 refinement passes over all 50,000
+  rows: CPU time and inertia against the full fit.
+* ``--pruned``: exact triangle-inequality pruning (``benchmarks/_kmeans_pruned.py``) against the
+  dense fit: CPU time and inertia.
+
+Run: ``python benchmarks/profile_kmeans_classwise.py [--profile] [--subsample] [--pruned]``
+(all three without flags). Prints only; the figures are quoted in ``benchmarks/results.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import _kmeans_pruned  # noqa: E402
+from bench_eece_classwise import N_BINS, _class_vectors  # noqa: E402
+
+from bensemble.metrics._kmeans import _assign, _fit  # noqa: E402
+from bensemble.metrics._kmeans_assign import _argmin_rows, _chunk_rows  # noqa: E402
+from bensemble.metrics._kmeans_core import _kmeans_plusplus  # noqa: E402
+
+
+def _cpu(fn, repeats: int = 1):
+    fn()
+    t = time.process_time()
+    for _ in range(repeats):
+        out = fn()
+    return (time.process_time() - t) / repeats, out
+
+
+def profile() -> None:
+    for n in (1000, 5000, 10000, 50000):
+        (x,) = _class_vectors(1000, 1, n)
+        t_fit, fit = _cpu(lambda x=x: _fit(x, N_BINS, seed=0))
+        t_seed, _ = _cpu(
+            lambda x=x: _kmeans_plusplus(x.float(), N_BINS, torch.Generator().manual_seed(0))
+        )
+        per_step = (t_fit - t_seed) / fit.n_iter
+        print(
+            f"N={n:>6}: fit {t_fit * 1e3:6.1f} ms = seeding {t_seed * 1e3:5.1f} ms + "
+            f"{fit.n_iter} Lloyd steps of {per_step * 1e3:.2f} ms (+ final assignment)"
+        )
+    (x,) = _class_vectors(1000, 1, 50_000)
+    x = x.float()
+    c = x[torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(0))[:N_BINS]]
+    c_sq, c_t = (c * c).sum(1), c.T.contiguous()
+    step = _chunk_rows(N_BINS)
+    block = torch.empty(step, N_BINS)
+    chunks = range(0, x.shape[0], step)
+
+    def products():
+        for s in chunks:
+            xb = x[s : s + step]
+            torch.addmm(c_sq, xb, c_t, alpha=-2.0, out=block[: xb.shape[0]])
+
+    def argmins():
+        for _ in chunks:
+            _argmin_rows(block)
+
+    t_mm, _ = _cpu(products, 10)
+    t_arg, _ = _cpu(argmins, 10)
+    print(
+        f"one Lloyd step at N=50,000: distance blocks (addmm) {t_mm * 1e3:.2f} ms, row argmin "
+        f"{t_arg * 1e3:.2f} ms"
+    )
+
+
+def _inertia(x, centroids) -> float:
+    return float(_assign(x, centroids, with_distances=True)[1].sum())
+
+
+def subsample() -> None:
+    xs = _class_vectors(1000, 3, 50_000)
+    t_full, full = _cpu(lambda: [_fit(x, N_BINS, seed=0).centroids for x in xs])
+    ref = [_inertia(x, c) for x, c in zip(xs, full, strict=True)]
+    print(f"full fit on 50,000 rows, 3 classes: {t_full:.2f} s")
+    for rows, refine in ((10_000, 2), (10_000, 5), (20_000, 2), (20_000, 5)):
+        t, cents = _cpu(
+            lambda rows=rows, refine=refine: [
+                _fit(x, N_BINS, seed=0, subsample=rows, refine=refine).centroids for x in xs
+            ]
+        )
+        rel = [(_inertia(x, c) - r) / r for x, c, r in zip(xs, cents, ref, strict=True)]
+        print(
+            f"subsample {rows:,} + {refine} refinements: {t:.2f} s ({t_full / t:.2f}x), inertia "
+            + ", ".join(f"{v:+.2%}" for v in rel)
+        )
+
+
+def pruned() -> None:
+    for n_classes in (100, 1000):
+        xs = _class_vectors(n_classes, 2, 50_000)
+        for x in xs:
+            t_dense, dense = _cpu(lambda x=x: _fit(x, N_BINS, seed=0))
+            tol_abs = 1e-4 * float(x.var(dim=0, unbiased=False).mean())
+
+            def prune(x=x, tol_abs=tol_abs):
+                g = torch.Generator().manual_seed(0)
+                return _kmeans_pruned._fit_torch(x, N_BINS, g, 300, tol_abs)[0]
+
+            t_pruned, cents = _cpu(prune)
+            rel = (_inertia(x, cents) - dense.inertia) / dense.inertia
+            print(
+                f"K={n_classes}: dense {t_dense:.3f} s, pruned {t_pruned:.3f} s "
+                f"({t_dense / t_pruned:.2f}x), inertia {rel:+.2e}"
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--subsample", action="store_true")
+    parser.add_argument("--pruned", action="store_true")
+    args = parser.parse_args(argv)
+    everything = not (args.profile or args.subsample or args.pruned)
+    torch.set_num_threads(1)
+    if args.profile or everything:
+        profile()
+    if args.subsample or everything:
+        subsample()
+    if args.pruned or everything:
+        pruned()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

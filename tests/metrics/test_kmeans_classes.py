@@ -1,0 +1,172 @@
+"""Batched classwise K-means (bensemble.metrics._kmeans_classes): class for class bit-identical to
+the single-threaded per-class loop, whatever the batching, the workers and the stopping rule."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bensemble.metrics import expected_epistemic_calibration_error, fit_bins
+from bensemble.metrics._epistemic_checks import partition
+from bensemble.metrics._kmeans_batched import single_threaded
+from bensemble.metrics._kmeans_classes import (
+    MAX_BATCH_SCORES,
+    _chunk_size,
+    _lloyd_batch,
+    _seed_batch,
+    fit_classes,
+)
+from bensemble.metrics._kmeans_core import _kmeans_plusplus, _lloyd
+
+F64 = torch.float64
+
+
+def _classes(k=6, n=400, h=5, seed=0):
+    """``k`` classes of ``[n, h]`` member vectors (softmax one-vs-rest probabilities)."""
+    g = torch.Generator().manual_seed(seed)
+    z = 2 * torch.randn(h, n, k, generator=g, dtype=F64)
+    z += 2 * torch.randn(1, n, k, generator=g, dtype=F64)
+    p = torch.softmax(z, -1)
+    return [p[:, :, c].T for c in range(k)]  # non-contiguous views, as the EECE passes them
+
+
+def _options(**kw):
+    return {"subsample": 50_000, "refine": 2, "max_iter": 300, "tol": 1e-4, **kw}
+
+
+def _loop(xs, n_bins, seed, options):
+    with single_threaded():
+        return [
+            partition(
+                x,
+                binning="kmeans",
+                n_bins=n_bins,
+                centroids=None,
+                backend="torch",
+                seed=seed,
+                fit_options={**options, "batch_size": 8192},
+            )
+            for x in xs
+        ]
+
+
+def _batched(xs, n_bins, seed, options, workers):
+    def fallback(k):
+        return partition(
+            xs[k],
+            binning="kmeans",
+            n_bins=n_bins,
+            centroids=None,
+            backend="torch",
+            seed=seed,
+            fit_options={**options, "batch_size": 8192},
+        )
+
+    return fit_classes(
+        lambda k: xs[k], len(xs), n_bins, seed=seed, fallback=fallback, workers=workers, **options
+    )
+
+
+def _assert_same(loop, batched):
+    assert len(loop) == len(batched)
+    for (ids_a, m_a, info_a), (ids_b, m_b, info_b) in zip(loop, batched, strict=True):
+        assert torch.equal(ids_a, ids_b)
+        assert m_a == m_b
+        assert info_a == info_b
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize(
+    "options",
+    [
+        _options(),  # converges (strict or by tolerance)
+        _options(max_iter=3),  # stops at max_iter: labels re-assigned to the final centroids
+        _options(tol=0.0),  # only the strict rule stops
+        _options(subsample=250),  # subsample fit, then refinement over every row
+    ],
+)
+def test_batched_fits_equal_the_single_threaded_loop(options, workers):
+    xs = _classes()
+    assert _chunk_size(len(xs), 400, 12, workers) > 1  # really batched
+    _assert_same(_loop(xs, 12, 7, options), _batched(xs, 12, 7, options, workers))
+
+
+def test_classes_with_few_distinct_rows_and_duplicates_take_the_per_class_path():
+    xs = [x.clone() for x in _classes(k=5, n=300)]
+    xs[1] = xs[1][:3].repeat(100, 1)  # 3 distinct rows < 12 bins
+    xs[2][100:] = xs[2][:200]  # duplicated rows, still plenty of distinct ones
+    xs[3] = xs[3][:12].repeat(25, 1)  # exactly as many distinct rows as bins
+    # distinct in float64, only 4 distinct rows in float32: the seeding runs out of rows
+    base = 0.5 + 0.125 * torch.arange(20, dtype=F64).view(4, 5) / 20
+    xs[4] = base.repeat(75, 1) + 1e-12 * torch.arange(300, dtype=F64)[:, None]
+    assert torch.unique(xs[4].to(torch.float32), dim=0).shape[0] == 4
+    _assert_same(_loop(xs, 12, 3, _options()), _batched(xs, 12, 3, _options(), 2))
+
+
+def test_one_class_and_rows_of_different_classes_never_mix():
+    xs = _classes(k=3, n=200)
+    _assert_same(_loop(xs[:1], 10, 1, _options()), _batched(xs[:1], 10, 1, _options(), 2))
+    # a class moved to another batch position gets the same bins
+    swapped = [xs[2], xs[0], xs[1]]
+    out = _batched(swapped, 10, 1, _options(), 1)
+    ref = _batched(xs, 10, 1, _options(), 1)
+    for a, b in zip(out, [ref[2], ref[0], ref[1]], strict=True):
+        assert torch.equal(a[0], b[0])
+
+
+def test_batched_seeding_and_lloyd_equal_the_per_class_functions():
+    xs = [x.contiguous().to(torch.float32) for x in _classes(k=4, n=300)]
+    x = torch.stack(xs)
+    with single_threaded():
+        gens = [torch.Generator().manual_seed(5) for _ in xs]
+        rows, exhausted = _seed_batch(x, 9, gens)
+        assert not exhausted.any()
+        start = torch.stack([xi[r] for xi, r in zip(xs, rows, strict=True)])
+        fits = _lloyd_batch(x, start, 300, [1e-6] * 4)
+        for k, xi in enumerate(xs):
+            ref_rows = _kmeans_plusplus(xi, 9, torch.Generator().manual_seed(5))
+            assert torch.equal(rows[k], ref_rows)
+            c, labels, n_iter, converged = _lloyd(xi, xi[ref_rows].clone(), 300, 1e-6)
+            c_b, labels_b, n_iter_b, converged_b = fits[k]
+            assert torch.equal(c, c_b)
+            assert (n_iter, converged) == (n_iter_b, converged_b)
+            if labels_b is not None:  # strict stop: the batch's labels are the final ones
+                assert torch.equal(labels, labels_b)
+
+
+def test_classwise_eece_is_unchanged_against_per_class_fit_bins():
+    g = torch.Generator().manual_seed(2)
+    h, n, k = 4, 600, 7
+    z = 2 * torch.randn(h, n, k, generator=g, dtype=F64) + 2 * torch.randn(1, n, k, generator=g)
+    members = torch.softmax(z, -1)
+    y = torch.randint(0, k, (n,), generator=g)
+    details = expected_epistemic_calibration_error(
+        members, y, n_bins=20, seed=11, return_details=True
+    )
+    with single_threaded():
+        cents = [fit_bins(members[:, :, c].T, 20, seed=11) for c in range(k)]
+    expected = expected_epistemic_calibration_error(
+        members, y, binning="kmeans_fit", centroids=cents
+    )
+    assert details.value == expected
+    assert details.n_bins_fitted == max(c.shape[0] for c in cents)
+
+
+def test_threads_restored_and_errors_propagate():
+    xs = _classes(k=4, n=200)
+    before = torch.get_num_threads()
+
+    def boom(k):
+        raise ValueError(f"class {k} failed")
+
+    xs[2] = xs[2][:2].repeat(100, 1)  # forces class 2 onto the fallback
+    with pytest.raises(ValueError, match="class 2 failed"):
+        fit_classes(lambda k: xs[k], 4, 10, seed=0, fallback=boom, workers=2)
+    assert torch.get_num_threads() == before
+
+
+def test_chunk_size_bounds_the_batch_and_feeds_every_worker():
+    assert _chunk_size(1000, 50_000, 100, 2) == 1  # large classes: one at a time
+    assert _chunk_size(1000, 1000, 100, 2) == MAX_BATCH_SCORES // 100_000
+    assert _chunk_size(10, 1000, 100, 2) == 5  # both workers get classes
+    assert _chunk_size(3, 10, 5, 1) == 3
