@@ -29,13 +29,6 @@ pytestmark = pytest.mark.skipif(
     reason="chromium not installed (as root `make test` installs it; or apt-get install chromium)",
 )
 
-# ------------------------------------------------------------------ FLIP AFTER MERGING "report"
-# `bensemble evaluate` writes report.html once the "report" helper's branch is merged. Until then
-# the test falls back to a representative page rendered by `render_html` from the same evaluate
-# run's tables and figures. After the merge set REQUIRE_EVALUATE_HTML = True: a missing
-# report.html then fails the test instead of falling back.
-REQUIRE_EVALUATE_HTML = False
-# ------------------------------------------------------------------------------------------------
 
 WIDTHS = [1280, 390]
 HEIGHT = 900
@@ -45,8 +38,7 @@ HEIGHT = 900
 def page(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("browser")
     html, written_by_evaluate = harness.report_html(folder)
-    if REQUIRE_EVALUATE_HTML:
-        assert written_by_evaluate, "bensemble evaluate wrote no report.html"
+    assert written_by_evaluate, "bensemble evaluate wrote no report.html"
     return html
 
 

@@ -202,8 +202,8 @@ def test_quick_demo_report_html_is_self_contained_with_verdicts(quick_run):
     assert all(src.startswith("data:image/png;base64,") for src in images)
     embedded = {base64.b64decode(src.split(",", 1)[1]) for src in images}
     assert {(out / f"{name}.png").read_bytes() for name in FIGURES} == embedded
-    assert '<section class="summary" id="verdict">' in html
-    assert html.count('<div class="verdict ') == 6  # 3 questions x 2 datasets
+    assert '<section class="summary" id="verdict"' in html
+    assert html.count('<li class="verdict ') == 6  # 3 questions x 2 datasets
     for dataset in ("Toy", "Digits"):
         assert f"{dataset}: verdicts per method" in html
 
