@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DIAGONAL_GID", "DIAGONAL_LABEL", "diagonal", "marker_handle", "place_legend"]
+__all__ = [
+    "DIAGONAL_GID",
+    "DIAGONAL_LABEL",
+    "OUTSIDE",
+    "diagonal",
+    "diagonal_extent",
+    "marker_handle",
+    "place_legend",
+]
 
 #: ``gid`` of the ``y = x`` reference line; one per Axes.
 DIAGONAL_GID = "bensemble-diagonal"
@@ -73,8 +81,15 @@ def marker_handle(color: Any, label: str, marker: str = "o") -> Any:
     )
 
 
+#: ``legend_loc`` value that puts the legend outside the Axes, to its right (top-aligned).
+OUTSIDE = "outside"
+
+
 def place_legend(ax: Any, loc: str | None, extra: list | None = None, **kwargs: Any) -> Any:
     """Draw the legend of ``ax`` at ``loc`` (None: remove it), handles deduplicated by label.
+
+    ``loc`` is any matplotlib legend location, or ``"outside"``: right of the Axes, aligned with
+    its top, where it cannot cover data (constrained layout makes room for it).
 
     ``extra`` handles (e.g. :func:`marker_handle` proxies) are kept across calls on one Axes,
     so several displays drawn on the same Axes share one legend.
@@ -95,4 +110,7 @@ def place_legend(ax: Any, loc: str | None, extra: list | None = None, **kwargs: 
     # the diagonal's entry last, after the data
     if DIAGONAL_LABEL in unique:
         unique[DIAGONAL_LABEL] = unique.pop(DIAGONAL_LABEL)
+    if loc == OUTSIDE:
+        kwargs = {"bbox_to_anchor": (1.02, 1.0), "borderaxespad": 0.0, **kwargs}
+        loc = "upper left"
     return ax.legend(list(unique.values()), list(unique), loc=loc, **kwargs)

@@ -212,7 +212,8 @@ class ReliabilityDisplay:
             ax: Axes to draw on (``None``: a new figure).
             show_counts: draw the per-bin counts as bars (where there is a panel for them).
             counts_ax: Axes for the count bars when ``ax`` is given.
-            legend_loc: where the legend goes (any matplotlib ``loc``; ``None``: no legend).
+            legend_loc: where the legend goes: any matplotlib ``loc``, ``"outside"`` (right of
+                the Axes) or ``None`` (no legend).
                 The default ``"best"`` lets matplotlib choose the inside corner that overlaps
                 the fewest markers, error bars and the diagonal; for the usual overconfident
                 model (markers below the diagonal) that is the upper left.

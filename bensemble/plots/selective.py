@@ -124,7 +124,7 @@ class RiskCoverageDisplay:
         name: str | None = None,
         show_oracle: bool = True,
         show_random: bool = True,
-        legend_loc: str | None = "upper left",
+        legend_loc: str | None = "best",
         **kwargs: Any,
     ) -> RiskCoverageDisplay:
         """Draw selective risk against coverage, one vertex per threshold.
@@ -140,9 +140,9 @@ class RiskCoverageDisplay:
             name: legend label (overrides the one given at construction).
             show_oracle: draw the oracle curve.
             show_random: draw the random-rejection line.
-            legend_loc: matplotlib ``loc`` of the legend (``None``: no legend). Upper left by
-                default: a risk-coverage curve starts low at small coverage and rises to the
-                right, so the upper left is the corner above the curves.
+            legend_loc: matplotlib ``loc`` of the legend, ``"outside"`` (right of the Axes) or
+                ``None`` (no legend). The default ``"best"`` lets matplotlib pick the inside
+                corner that overlaps the fewest curve vertices.
             **kwargs: passed to ``Axes.plot``.
 
         Returns:
@@ -176,7 +176,8 @@ class RiskCoverageDisplay:
         ax.set_xlabel("Coverage")
         ax.set_ylabel("Selective risk")
         ax.set_xlim(0.0, 1.0)
-        ax.set_ylim(bottom=0.0)
+        top = max(float(self.risk.max()) if self.risk.numel() else 0.0, e)
+        ax.set_ylim(0.0, max(ax.get_ylim()[1], 1.08 * top if top > 0 else 1.0))
         place_legend(ax, legend_loc if (label or show_oracle or show_random) else None)
         self.ax_ = ax
         self.figure_ = ax.figure

@@ -1,0 +1,94 @@
+"""Several epistemic reliability diagrams side by side on shared axes (before / after scaling).
+
+The panels share one scale and one set of limits, so a bin's position means the same in each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from bensemble._validation import check_option, check_positive, check_positive_int
+from bensemble.plots.epistemic import SCALES, EpistemicReliabilityDisplay, auto_scale
+
+__all__ = ["plot_epistemic_reliability_panels"]
+
+
+def plot_epistemic_reliability_panels(
+    displays: Mapping[str, EpistemicReliabilityDisplay] | Sequence[EpistemicReliabilityDisplay],
+    *,
+    axes: Any = None,
+    scale: str = "auto",
+    ncols: int | None = None,
+    panel_size: float = 4.5,
+) -> Any:
+    """Several epistemic reliability diagrams side by side on **shared** axes.
+
+    Every panel gets the same scale (``"auto"`` decides on all displays' bins together, each
+    display weighing equally) and the same limits (the union of their extents), so a marker's
+    position means the same in every panel, e.g. before and after temperature scaling.
+
+    Args:
+        displays: title -> display (or a sequence of displays; their titles are then kept).
+        axes: optional Axes to draw on, one per display (default: a new figure).
+        scale: ``"auto"``, ``"linear"`` or ``"log"`` for every panel.
+        ncols: panels per row of a new figure (default: all in one row).
+        panel_size: inches per panel of a new figure.
+
+    Returns:
+        The matplotlib Figure (each display keeps its ``ax_``).
+    """
+    import matplotlib.pyplot as plt
+
+    fn = "plot_epistemic_reliability_panels"
+    check_option(scale, "scale", SCALES, fn)
+    items = list(displays.items()) if isinstance(displays, Mapping) else [
+        (None, d) for d in displays
+    ]  # fmt: skip
+    if not items or not all(isinstance(d, EpistemicReliabilityDisplay) for _, d in items):
+        raise ValueError(f"{fn}: `displays` must be a non-empty collection of displays")
+    if scale == "auto":
+        pooled = EpistemicReliabilityDisplay(
+            torch.cat([d.trust.to(torch.float64).cpu() for _, d in items]),
+            torch.cat([d.squared_error.to(torch.float64).cpu() for _, d in items]),
+            torch.cat([d.weights.to(torch.float64).cpu() / len(items) for _, d in items]),
+        )
+        scale = auto_scale(pooled)
+    extents = [d.extent(scale) for _, d in items]
+    limits = (min(e[0] for e in extents), max(e[1] for e in extents))
+    made = axes is None
+    if made:
+        count = len(items)
+        ncols = count if ncols is None else min(check_positive_int(ncols, "ncols", fn), count)
+        nrows = -(-count // ncols)
+        size = check_positive(panel_size, "panel_size", fn)
+        fig, grid = plt.subplots(
+            nrows, ncols, figsize=(size * ncols * 1.45, size * nrows), squeeze=False,
+            sharex=True, sharey=True, layout="constrained",
+        )  # fmt: skip
+        axes = list(grid.flat)
+        for ax in axes[count:]:
+            ax.set_visible(False)
+    else:
+        axes = list(np.ravel(np.asarray(axes, dtype=object)))
+        if len(axes) < len(items):
+            raise ValueError(
+                f"{fn}: `axes` must hold one Axes per display ({len(items)}) (got {len(axes)})"
+            )
+    for ax, (title, display) in zip(axes, items):
+        display.plot(ax=ax, scale=scale, limits=limits)
+        if title is not None:
+            ax.set_title(title)
+        spec = ax.get_subplotspec()
+        if made and spec is not None:  # shared axes: labels on the outer panels only
+            if not spec.is_first_col():
+                ax.set_ylabel("")
+            if not spec.is_last_row() and any(
+                other.get_visible() and other.get_subplotspec().colspan == spec.colspan
+                for other in axes[axes.index(ax) + 1 :]
+            ):
+                ax.set_xlabel("")
+    return axes[0].figure
