@@ -14,9 +14,12 @@ from typing import Any
 __all__ = [
     "DIAGONAL_GID",
     "DIAGONAL_LABEL",
+    "FREE",
     "OUTSIDE",
+    "data_boxes",
     "diagonal",
     "diagonal_extent",
+    "legend_overlaps_data",
     "marker_handle",
     "place_legend",
 ]
@@ -83,13 +86,29 @@ def marker_handle(color: Any, label: str, marker: str = "o") -> Any:
 
 #: ``legend_loc`` value that puts the legend outside the Axes, to its right (top-aligned).
 OUTSIDE = "outside"
+#: ``legend_loc`` value: the first free inside corner of :data:`FREE_CANDIDATES`, else outside.
+FREE = "free"
+#: Inside locations tried by ``"free"``, in order.
+FREE_CANDIDATES = (
+    "upper left",
+    "lower right",
+    "upper right",
+    "lower left",
+    "center left",
+    "center right",
+    "upper center",
+    "lower center",
+)
 
 
 def place_legend(ax: Any, loc: str | None, extra: list | None = None, **kwargs: Any) -> Any:
     """Draw the legend of ``ax`` at ``loc`` (None: remove it), handles deduplicated by label.
 
-    ``loc`` is any matplotlib legend location, or ``"outside"``: right of the Axes, aligned with
-    its top, where it cannot cover data (constrained layout makes room for it).
+    ``loc`` is any matplotlib legend location, ``"outside"``: right of the Axes, aligned with
+    its top, where it cannot cover data (constrained layout makes room for it), or ``"free"``:
+    the figure is drawn once and the first place of :data:`FREE_CANDIDATES` whose legend box
+    touches no data (:func:`legend_overlaps_data`: markers, error bars, curves, bars; the
+    ``y = x`` reference line does not count) is kept, else ``"outside"``.
 
     ``extra`` handles (e.g. :func:`marker_handle` proxies) are kept across calls on one Axes,
     so several displays drawn on the same Axes share one legend.
@@ -110,7 +129,72 @@ def place_legend(ax: Any, loc: str | None, extra: list | None = None, **kwargs: 
     # the diagonal's entry last, after the data
     if DIAGONAL_LABEL in unique:
         unique[DIAGONAL_LABEL] = unique.pop(DIAGONAL_LABEL)
+    args = (list(unique.values()), list(unique))
+    if loc == FREE:
+        ax.figure.canvas.draw()  # lay the figure out, so the boxes are final
+        for candidate in FREE_CANDIDATES:
+            legend = ax.legend(*args, loc=candidate, **kwargs)
+            if not legend_overlaps_data(ax):
+                return legend
+        loc = OUTSIDE
     if loc == OUTSIDE:
         kwargs = {"bbox_to_anchor": (1.02, 1.0), "borderaxespad": 0.0, **kwargs}
         loc = "upper left"
-    return ax.legend(list(unique.values()), list(unique), loc=loc, **kwargs)
+    return ax.legend(*args, loc=loc, **kwargs)
+
+
+def data_boxes(ax: Any, *, include_reference: bool = False) -> list:
+    """Display-coordinate boxes and paths of the data drawn on ``ax`` (call after a draw).
+
+    Returns:
+        A list of ``("box", Bbox)`` for markers and bars and ``("path", Path)`` for lines and
+        error-bar segments; the ``y = x`` reference line is left out unless
+        ``include_reference``.
+    """
+    from matplotlib.collections import LineCollection, PathCollection
+    from matplotlib.patches import Rectangle
+    from matplotlib.transforms import Bbox
+
+    out: list = []
+    renderer = ax.figure.canvas.get_renderer()
+    for line in ax.lines:
+        if not line.get_visible() or (line.get_gid() == DIAGONAL_GID and not include_reference):
+            continue
+        path = line.get_transform().transform_path(line.get_path())
+        if line.get_linestyle() not in ("None", "none", "", " ") and len(path.vertices) > 1:
+            out.append(("path", path))
+        if line.get_marker() not in (None, "None", "none", "", " "):
+            half = line.get_markersize() * ax.figure.dpi / 72.0 / 2.0
+            for x, y in path.vertices:
+                out.append(("box", Bbox([[x - half, y - half], [x + half, y + half]])))
+    for coll in ax.collections:
+        if not coll.get_visible():
+            continue
+        if isinstance(coll, LineCollection):
+            transform = coll.get_transform()
+            out += [("path", transform.transform_path(p)) for p in coll.get_paths()]
+        elif isinstance(coll, PathCollection) and len(coll.get_offsets()):
+            offsets = coll.get_offset_transform().transform(coll.get_offsets())
+            sizes = coll.get_sizes()
+            for i, (x, y) in enumerate(offsets):
+                size = sizes[i % len(sizes)] if len(sizes) else 36.0
+                half = (size**0.5) * ax.figure.dpi / 72.0 / 2.0
+                out.append(("box", Bbox([[x - half, y - half], [x + half, y + half]])))
+        else:
+            out.append(("box", coll.get_window_extent(renderer)))
+    out += [("box", p.get_window_extent(renderer)) for p in ax.patches if isinstance(p, Rectangle)]
+    return out
+
+
+def legend_overlaps_data(ax: Any, *, include_reference: bool = False) -> bool:
+    """Whether the legend box of ``ax`` touches any of :func:`data_boxes` (after a draw)."""
+    legend = ax.get_legend()
+    if legend is None:
+        return False
+    box = legend.get_window_extent(ax.figure.canvas.get_renderer())
+    for kind, item in data_boxes(ax, include_reference=include_reference):
+        if kind == "box" and box.overlaps(item):
+            return True
+        if kind == "path" and item.intersects_bbox(box, filled=False):
+            return True
+    return False

@@ -224,7 +224,7 @@ class EpistemicReliabilityDisplay:
         scale: str = "auto",
         limits: tuple[float, float] | None = None,
         max_marker_size: float = 300.0,
-        legend_loc: str | None = "outside",
+        legend_loc: str | None = "free",
         **kwargs: Any,
     ) -> EpistemicReliabilityDisplay:
         """Draw the bins as markers and the diagonal; returns ``self``.
@@ -241,10 +241,12 @@ class EpistemicReliabilityDisplay:
                 left out and counted in ``n_hidden_``).
             limits: ``(low, high)`` for both axes (default: :meth:`extent`).
             max_marker_size: marker area of the heaviest bin (area is proportional to weight).
-            legend_loc: where the legend goes: ``"outside"`` (default: right of the Axes, top
-                aligned; bins can fall anywhere in the square, so no inside corner is safe),
-                any matplotlib ``loc``, or ``None`` (no legend). The legend shows markers of
-                normal size, whatever the bins' areas.
+            legend_loc: where the legend goes: ``"free"`` (default: the figure is drawn once
+                and the first inside place, upper left, lower right, then the other corners and
+                edges, whose legend box touches no bin marker is kept, else right of the Axes),
+                ``"outside"`` (right of the Axes, top aligned), any matplotlib ``loc``, or
+                ``None`` (no legend). The legend shows markers of normal size, whatever the
+                bins' areas.
             **kwargs: passed to ``Axes.scatter``.
         """
         import matplotlib.pyplot as plt
@@ -254,7 +256,7 @@ class EpistemicReliabilityDisplay:
         check_positive(max_marker_size, "max_marker_size", fn)
         if ax is None:
             wide = legend_loc == "outside"  # room for the legend right of the square diagram
-            fig, ax = plt.subplots(figsize=(7.5 if wide else 5, 5), layout="constrained")
+            fig, ax = plt.subplots(figsize=(7.5 if wide else 5.5, 5), layout="constrained")
         else:
             fig = ax.figure
         previous = diagonal_extent(ax)  # another display is on this Axes already

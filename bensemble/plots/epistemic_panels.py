@@ -66,7 +66,7 @@ def plot_epistemic_reliability_panels(
         nrows = -(-count // ncols)
         size = check_positive(panel_size, "panel_size", fn)
         fig, grid = plt.subplots(
-            nrows, ncols, figsize=(size * ncols * 1.45, size * nrows), squeeze=False,
+            nrows, ncols, figsize=(size * ncols * 1.1, size * nrows), squeeze=False,
             sharex=True, sharey=True, layout="constrained",
         )  # fmt: skip
         axes = list(grid.flat)

@@ -196,7 +196,7 @@ class ReliabilityDisplay:
         *,
         show_counts: bool = True,
         counts_ax: Any = None,
-        legend_loc: str | None = "best",
+        legend_loc: str | None = "free",
         **kwargs: Any,
     ) -> ReliabilityDisplay:
         """Draw the diagram; returns ``self``.
@@ -212,11 +212,12 @@ class ReliabilityDisplay:
             ax: Axes to draw on (``None``: a new figure).
             show_counts: draw the per-bin counts as bars (where there is a panel for them).
             counts_ax: Axes for the count bars when ``ax`` is given.
-            legend_loc: where the legend goes: any matplotlib ``loc``, ``"outside"`` (right of
-                the Axes) or ``None`` (no legend).
-                The default ``"best"`` lets matplotlib choose the inside corner that overlaps
-                the fewest markers, error bars and the diagonal; for the usual overconfident
-                model (markers below the diagonal) that is the upper left.
+            legend_loc: where the legend goes: ``"free"`` (default: the figure is drawn once and
+                the first inside place, upper left, lower right, then the other corners and
+                edges, whose legend box touches no marker, error bar or curve is kept, else the
+                legend goes right of the Axes; the upper left is free for an overconfident
+                model),
+                ``"outside"`` (right of the Axes), any matplotlib ``loc``, or ``None``.
             **kwargs: passed to ``Axes.errorbar`` for the accuracy markers.
         """
         import matplotlib.pyplot as plt
@@ -258,7 +259,7 @@ class ReliabilityDisplay:
         ax.set_ylim(0, 1)
         ax.set_ylabel("Accuracy")
         ax.set_title(f"Reliability diagram ({self.confidence_level:.0%} Wilson intervals)")
-        place_legend(ax, legend_loc)
+        place_legend(ax, legend_loc, fontsize="small")
         self.bars_ = None
         if counts_ax is not None:
             edges = b.edges.cpu().numpy()

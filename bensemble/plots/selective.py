@@ -124,7 +124,7 @@ class RiskCoverageDisplay:
         name: str | None = None,
         show_oracle: bool = True,
         show_random: bool = True,
-        legend_loc: str | None = "best",
+        legend_loc: str | None = "free",
         **kwargs: Any,
     ) -> RiskCoverageDisplay:
         """Draw selective risk against coverage, one vertex per threshold.
@@ -140,9 +140,9 @@ class RiskCoverageDisplay:
             name: legend label (overrides the one given at construction).
             show_oracle: draw the oracle curve.
             show_random: draw the random-rejection line.
-            legend_loc: matplotlib ``loc`` of the legend, ``"outside"`` (right of the Axes) or
-                ``None`` (no legend). The default ``"best"`` lets matplotlib pick the inside
-                corner that overlaps the fewest curve vertices.
+            legend_loc: ``"free"`` (default: the first inside corner, upper left first, whose
+                legend box touches no curve, else right of the Axes), ``"outside"``, any
+                matplotlib ``loc``, or ``None`` (no legend).
             **kwargs: passed to ``Axes.plot``.
 
         Returns:
