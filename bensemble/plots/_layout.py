@@ -126,9 +126,9 @@ def place_legend(ax: Any, loc: str | None, extra: list | None = None, **kwargs: 
     for handle, label in zip(handles + stored, labels + [h.get_label() for h in stored]):
         if label and not label.startswith("_"):
             unique.setdefault(label, handle)
-    # the diagonal's entry last, after the data
-    if DIAGONAL_LABEL in unique:
-        unique[DIAGONAL_LABEL] = unique.pop(DIAGONAL_LABEL)
+    # reference lines (the diagonal, oracle / random curves: gid "bensemble-*") last
+    for label in [k for k, h in unique.items() if _is_reference(h)]:
+        unique[label] = unique.pop(label)
     args = (list(unique.values()), list(unique))
     if loc == FREE:
         ax.figure.canvas.draw()  # lay the figure out, so the boxes are final
@@ -198,3 +198,9 @@ def legend_overlaps_data(ax: Any, *, include_reference: bool = False) -> bool:
         if kind == "path" and item.intersects_bbox(box, filled=False):
             return True
     return False
+
+
+def _is_reference(handle: Any) -> bool:
+    """A reference line of ours (gid ``bensemble-*``: the diagonal, oracle, random)."""
+    get_gid = getattr(handle, "get_gid", None)
+    return callable(get_gid) and str(get_gid() or "").startswith("bensemble-")

@@ -71,6 +71,8 @@ class EpistemicReliabilityDisplay:
         scale_: the scale drawn, ``"linear"`` or ``"log"`` (what ``"auto"`` chose).
         n_hidden_: filled bins left out because log axes cannot show a zero coordinate.
         diagonal_: the ``y = x`` Line2D (one per Axes, shared by displays drawn on it).
+        legend_handles_: the legend entries of this display (normal-size marker proxies: one
+            per class in the classwise view, then the name and EECE; then the diagonal).
 
     Example:
         >>> import matplotlib, torch
@@ -305,6 +307,7 @@ class EpistemicReliabilityDisplay:
         if self.n_hidden_:
             title += f"\n({self.n_hidden_} bin(s) with a zero value not shown on log axes)"
         ax.set_title(title)
+        self.legend_handles_ = [*handles, self.diagonal_]
         place_legend(ax, legend_loc, handles, ncols=2 if len(handles) > 7 else 1)
         self.scale_ = scale
         self.ax_ = ax

@@ -29,7 +29,9 @@ def plot_epistemic_reliability_panels(
 
     Every panel gets the same scale (``"auto"`` decides on all displays' bins together, each
     display weighing equally) and the same limits (the union of their extents), so a marker's
-    position means the same in every panel, e.g. before and after temperature scaling.
+    position means the same in every panel, e.g. before and after temperature scaling. In a new
+    figure each panel's EECE goes to its title and one legend (classes, diagonal) sits below the
+    panels; on given ``axes`` each panel keeps its own legend (placed as ``legend_loc="free"``).
 
     Args:
         displays: title -> display (or a sequence of displays; their titles are then kept).
@@ -66,7 +68,7 @@ def plot_epistemic_reliability_panels(
         nrows = -(-count // ncols)
         size = check_positive(panel_size, "panel_size", fn)
         fig, grid = plt.subplots(
-            nrows, ncols, figsize=(size * ncols * 1.1, size * nrows), squeeze=False,
+            nrows, ncols, figsize=(size * ncols, size * nrows + 0.8), squeeze=False,
             sharex=True, sharey=True, layout="constrained",
         )  # fmt: skip
         axes = list(grid.flat)
@@ -79,8 +81,11 @@ def plot_epistemic_reliability_panels(
                 f"{fn}: `axes` must hold one Axes per display ({len(items)}) (got {len(axes)})"
             )
     for ax, (title, display) in zip(axes, items):
-        display.plot(ax=ax, scale=scale, limits=limits)
-        if title is not None:
+        display.plot(ax=ax, scale=scale, limits=limits, legend_loc=None if made else "free")
+        if made:  # one legend for the figure; each panel's EECE goes to its title
+            value = "" if display.value is None else f" (EECE = {display.value:.4f})"
+            ax.set_title(f"{title if title is not None else display.name or ''}{value}")
+        elif title is not None:
             ax.set_title(title)
         spec = ax.get_subplotspec()
         if made and spec is not None:  # shared axes: labels on the outer panels only
@@ -91,4 +96,17 @@ def plot_epistemic_reliability_panels(
                 for other in axes[axes.index(ax) + 1 :]
             ):
                 ax.set_xlabel("")
-    return axes[0].figure
+    fig = axes[0].figure
+    if made:
+        handles = [h for h in items[-1][1].legend_handles_ if not _is_name(h, items[-1][1])]
+        fig.legend(
+            handles=handles, loc="outside lower center", ncols=min(len(handles), 6),
+            fontsize="small",
+        )  # fmt: skip
+    return fig
+
+
+def _is_name(handle: Any, display: EpistemicReliabilityDisplay) -> bool:
+    """Whether a legend handle is the display's name / EECE entry (shown in the title)."""
+    name = display.name or "bins"
+    return handle.get_label().startswith(name) and "class " not in handle.get_label()

@@ -65,8 +65,8 @@ def toy_map_pairs(
             methods, fig. 2(a)); their EU panel is titled "reported EU(x)".
 
     Returns:
-        ``(panels, groups)``: titles ``"<method>: <EU title>"`` / ``"<method>: <error title>"``
-        in the methods' order, and one pair of titles per method.
+        ``(panels, groups)``: two-line titles ``"<method>\n<EU title>"`` and
+        ``"<method>\n<error title>"`` in the methods' order, and one pair of titles per method.
     """
     fn = "toy_map_pairs"
     if not isinstance(eu, Mapping) or not isinstance(squared_error, Mapping):
@@ -82,8 +82,8 @@ def toy_map_pairs(
     panels: dict[str, Any] = {}
     groups = []
     for method in eu:
-        left = f"{method}: {REPORTED_EU_TITLE if method in reported else EU_TITLE}"
-        right = f"{method}: {SQUARED_ERROR_TITLE}"
+        left = f"{method}\n{REPORTED_EU_TITLE if method in reported else EU_TITLE}"
+        right = f"{method}\n{SQUARED_ERROR_TITLE}"
         panels[left], panels[right] = eu[method], squared_error[method]
         groups.append((left, right))
     return panels, groups

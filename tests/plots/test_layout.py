@@ -231,10 +231,21 @@ def test_epistemic_before_after_panels_share_axes():
     for d in (before, after):
         filled = d.counts > 0
         assert float(d.trust[filled].max()) < high and float(d.squared_error[filled].max()) < high
-        assert len(_diagonals(d.ax_)) == 1
-        _assert_legend_off_data(d.ax_)
-    assert a.get_title() == "before" and b.get_title() == "after"
+        assert len(_diagonals(d.ax_)) == 1 and d.ax_.get_legend() is None
+    assert a.get_title() == f"before (EECE = {before.value:.4f})"
+    assert b.get_title() == f"after (EECE = {after.value:.4f})"
     assert a.get_ylabel() and a.get_xlabel() and b.get_xlabel()
+    # one figure legend, below both panels (so off their data)
+    (legend,) = fig.legends
+    box = legend.get_window_extent(fig.canvas.get_renderer())
+    assert all(box.y1 <= ax.get_window_extent().y0 for ax in (a, b))
+    assert [t.get_text() for t in legend.get_texts()] == [DIAGONAL]
+    # on given axes each panel keeps its own legend
+    fig, axes = plt.subplots(1, 2, layout="constrained")
+    plot_epistemic_reliability_panels([before, after], axes=axes, scale="linear")
+    assert before.scale_ == after.scale_ == "linear"
+    for ax in axes:
+        _assert_legend_off_data(ax)
 
 
 def test_epistemic_displays_on_one_axes_share_the_diagonal():
@@ -265,8 +276,8 @@ def test_toy_map_pairs_share_one_colour_scale_and_bar():
         {"Deep Ensemble": eu, "Centroids": 3 * eu}, {"Deep Ensemble": err, "Centroids": err / 2},
         reported=["Centroids"],
     )  # fmt: skip
-    assert pairs[1][0] == r"Centroids: reported $\mathrm{EU}(x)$"
-    assert pairs[0][1] == r"Deep Ensemble: $\mathbb{E}_h[(\eta(x) - h(x))^2]$"
+    assert pairs[1][0] == "Centroids\n" + r"reported $\mathrm{EU}(x)$"
+    assert pairs[0][1] == "Deep Ensemble\n" + r"$\mathbb{E}_h[(\eta(x) - h(x))^2]$"
     fig = plot_toy_maps(grid.x, panels, groups=pairs, ncols=4, panel_size=2.0)
     fig.canvas.draw()  # mathtext titles must render
     maps = [ax for ax in fig.axes if ax.images]
@@ -314,7 +325,7 @@ def test_demo_maps_show_the_illustrative_methods_reported_eu():
     ]
     fig = maps_figure(runs, grid.x, train.x, train.y)
     images = [ax for ax in fig.axes if ax.images]
-    assert [ax.get_title().split(":")[0] for ax in images] == ["EK-NN"] * 2 + ["MC-Dropout"] * 2
+    assert [ax.get_title().split("\n")[0] for ax in images] == ["EK-NN"] * 2 + ["MC-Dropout"] * 2
     reported = illustrative_outputs("EK-NN", train.x, train.y, grid.x)[1]
     np.testing.assert_allclose(images[0].images[0].get_array(), reported.reshape(10, 10))
     np.testing.assert_allclose(images[2].images[0].get_array(), maps["EU(x)"].reshape(10, 10))
