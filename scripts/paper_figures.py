@@ -73,7 +73,11 @@ def toy_maps(out: Path, side: int, seed: int) -> None:
             p = member_probs(method, train.x, train.y, grid.x, settings=settings, seed=seed)[..., 1]
             eu[method] = p.var(dim=0, unbiased=False)
         error[method] = ((grid.eta[None, :] - p) ** 2).mean(dim=0)
-        print(f"  toy: {method} ({time.perf_counter() - start:.1f} s)", file=sys.stderr)
+        print(
+            f"  toy: {method:<20} mean EU {float(eu[method].mean()):.4f}, mean squared error "
+            f"{float(error[method].mean()):.4f} ({time.perf_counter() - start:.1f} s)",
+            file=sys.stderr,
+        )
     panels, pairs = toy_map_pairs(
         eu, error, reported=[m for m in PAPER_ORDER if m in ILLUSTRATIVE_METHODS]
     )
