@@ -54,14 +54,16 @@ def reliability_figure(runs: list) -> Any:
 
 def epistemic_figure(runs: list) -> Any:
     """Per method (column): epistemic reliability before (top) and after (bottom) scaling, the
-    two panels on shared axes (same scale, same limits)."""
+    two panels on shared axes (same scale, same limits); EECE in the titles, one legend below."""
     import matplotlib.pyplot as plt
 
     from bensemble.plots import EpistemicReliabilityDisplay, plot_epistemic_reliability_panels
+    from bensemble.plots.epistemic_panels import shared_handles
 
     fig, axes = plt.subplots(
-        2, len(runs), figsize=(4.6 * len(runs), 8.0), squeeze=False, layout="constrained"
+        2, len(runs), figsize=(4.2 * len(runs), 8.8), squeeze=False, layout="constrained"
     )
+    drawn = []
     for j, run in enumerate(runs):
         stages = [s for s in ("before", "after") if s in run.details]
         displays = {
@@ -71,11 +73,20 @@ def epistemic_figure(runs: list) -> Any:
             for stage in stages
         }
         if displays:
-            plot_epistemic_reliability_panels(displays, axes=axes[: len(displays), j])
+            plot_epistemic_reliability_panels(
+                displays, axes=axes[: len(displays), j], legend="titles"
+            )
+            drawn += displays.values()
         for ax in axes[len(displays) :, j]:
             ax.set_visible(False)
         for ax in axes[: len(displays), j]:
             ax.title.set_fontsize("medium")
+    if drawn:
+        handles = shared_handles(drawn)
+        fig.legend(
+            handles=handles, loc="outside lower center", ncols=min(len(handles), 6),
+            fontsize="small",
+        )  # fmt: skip
     return fig
 
 

@@ -83,7 +83,7 @@ class EpistemicReliabilityDisplay:
         >>> d.counts.tolist()
         [2.0, 2.0]
         >>> d.plot().ax_.get_xlabel()
-        'Reported epistemic uncertainty (mean EU in the bin)'
+        'Reported EU (bin mean)'
     """
 
     def __init__(
@@ -301,8 +301,8 @@ class EpistemicReliabilityDisplay:
         ax.set_xlim(*limits)
         ax.set_ylim(*limits)
         ax.set_box_aspect(1)  # square: the diagonal at 45 degrees
-        ax.set_xlabel("Reported epistemic uncertainty (mean EU in the bin)")
-        ax.set_ylabel(r"Members' squared error $\mathrm{mean}_h(\mathrm{acc} - \mathrm{conf}_h)^2$")
+        ax.set_xlabel("Reported EU (bin mean)")
+        ax.set_ylabel(r"Squared error $\mathrm{mean}_h(\mathrm{acc} - \mathrm{conf}_h)^2$")
         title = "Epistemic reliability diagram"
         if self.n_hidden_:
             title += f"\n({self.n_hidden_} bin(s) with a zero value not shown on log axes)"

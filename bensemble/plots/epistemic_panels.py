@@ -14,7 +14,9 @@ import torch
 from bensemble._validation import check_option, check_positive, check_positive_int
 from bensemble.plots.epistemic import SCALES, EpistemicReliabilityDisplay, auto_scale
 
-__all__ = ["plot_epistemic_reliability_panels"]
+__all__ = ["plot_epistemic_reliability_panels", "shared_handles"]
+
+LEGENDS = ("auto", "figure", "axes", "titles")
 
 
 def plot_epistemic_reliability_panels(
@@ -24,14 +26,19 @@ def plot_epistemic_reliability_panels(
     scale: str = "auto",
     ncols: int | None = None,
     panel_size: float = 4.5,
+    legend: str = "auto",
 ) -> Any:
     """Several epistemic reliability diagrams side by side on **shared** axes.
 
     Every panel gets the same scale (``"auto"`` decides on all displays' bins together, each
     display weighing equally) and the same limits (the union of their extents), so a marker's
-    position means the same in every panel, e.g. before and after temperature scaling. In a new
-    figure each panel's EECE goes to its title and one legend (classes, diagonal) sits below the
-    panels; on given ``axes`` each panel keeps its own legend (placed as ``legend_loc="free"``).
+    position means the same in every panel, e.g. before and after temperature scaling.
+
+    Legends (``legend``): ``"figure"`` puts each panel's EECE in its title and one legend
+    (classes, diagonal) below the panels; ``"axes"`` gives each panel its own legend (placed as
+    ``legend_loc="free"``); ``"titles"`` only puts the EECE in the titles (compose a legend from
+    the displays' ``legend_handles_``); ``"auto"`` is ``"figure"`` for a new figure and
+    ``"axes"`` on given ``axes``.
 
     Args:
         displays: title -> display (or a sequence of displays; their titles are then kept).
@@ -39,6 +46,7 @@ def plot_epistemic_reliability_panels(
         scale: ``"auto"``, ``"linear"`` or ``"log"`` for every panel.
         ncols: panels per row of a new figure (default: all in one row).
         panel_size: inches per panel of a new figure.
+        legend: ``"auto"``, ``"figure"``, ``"axes"`` or ``"titles"`` (see above).
 
     Returns:
         The matplotlib Figure (each display keeps its ``ax_``).
@@ -47,6 +55,7 @@ def plot_epistemic_reliability_panels(
 
     fn = "plot_epistemic_reliability_panels"
     check_option(scale, "scale", SCALES, fn)
+    check_option(legend, "legend", LEGENDS, fn)
     items = list(displays.items()) if isinstance(displays, Mapping) else [
         (None, d) for d in displays
     ]  # fmt: skip
@@ -62,6 +71,8 @@ def plot_epistemic_reliability_panels(
     extents = [d.extent(scale) for _, d in items]
     limits = (min(e[0] for e in extents), max(e[1] for e in extents))
     made = axes is None
+    if legend == "auto":
+        legend = "figure" if made else "axes"
     if made:
         count = len(items)
         ncols = count if ncols is None else min(check_positive_int(ncols, "ncols", fn), count)
@@ -81,8 +92,10 @@ def plot_epistemic_reliability_panels(
                 f"{fn}: `axes` must hold one Axes per display ({len(items)}) (got {len(axes)})"
             )
     for ax, (title, display) in zip(axes, items):
-        display.plot(ax=ax, scale=scale, limits=limits, legend_loc=None if made else "free")
-        if made:  # one legend for the figure; each panel's EECE goes to its title
+        display.plot(
+            ax=ax, scale=scale, limits=limits, legend_loc="free" if legend == "axes" else None
+        )
+        if legend != "axes":  # each panel's EECE goes to its title
             value = "" if display.value is None else f" (EECE = {display.value:.4f})"
             ax.set_title(f"{title if title is not None else display.name or ''}{value}")
         elif title is not None:
@@ -97,13 +110,20 @@ def plot_epistemic_reliability_panels(
             ):
                 ax.set_xlabel("")
     fig = axes[0].figure
-    if made:
-        handles = [h for h in items[-1][1].legend_handles_ if not _is_name(h, items[-1][1])]
+    if legend == "figure":
+        handles = shared_handles([d for _, d in items])
         fig.legend(
             handles=handles, loc="outside lower center", ncols=min(len(handles), 6),
             fontsize="small",
         )  # fmt: skip
     return fig
+
+
+def shared_handles(displays: Sequence[EpistemicReliabilityDisplay]) -> list:
+    """Legend entries common to drawn displays: the classes of the one with the most classes,
+    then the diagonal (each display's name / EECE entry left out: it goes in the titles)."""
+    widest = max(displays, key=lambda d: 0 if d.classes is None else int(d.classes.max()) + 1)
+    return [h for h in widest.legend_handles_ if not _is_name(h, widest)]
 
 
 def _is_name(handle: Any, display: EpistemicReliabilityDisplay) -> bool:

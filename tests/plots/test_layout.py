@@ -246,6 +246,12 @@ def test_epistemic_before_after_panels_share_axes():
     assert before.scale_ == after.scale_ == "linear"
     for ax in axes:
         _assert_legend_off_data(ax)
+    fig, axes = plt.subplots(2, 1, layout="constrained")
+    plot_epistemic_reliability_panels([before, after], axes=axes, legend="titles")
+    assert not fig.legends and all(ax.get_legend() is None for ax in axes)
+    assert axes[1].get_title() == f"after (EECE = {after.value:.4f})"
+    with pytest.raises(ValueError, match="`legend`"):
+        plot_epistemic_reliability_panels([before], legend="below")
 
 
 def test_epistemic_displays_on_one_axes_share_the_diagonal():
