@@ -281,6 +281,7 @@ class EpistemicReliabilityDisplay:
         if self.value is not None:
             label = f"{label} (EECE = {self.value:.4f})"
         style = {"alpha": 0.6, "edgecolors": "black", "linewidths": 0.5, **kwargs}
+        label = style.pop("label", label)  # a given label names the legend's proxy marker
         handles = []
         by_class = self.classes is not None and not ({"c", "color"} & set(kwargs))
         if by_class:

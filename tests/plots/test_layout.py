@@ -187,6 +187,12 @@ def test_epistemic_legend_marker_is_normal_size_and_off_the_data():
     legend = ax.get_legend()
     sizes = [h.get_markersize() for h in legend.legend_handles if hasattr(h, "get_markersize")]
     assert sizes and max(sizes) <= 10  # not the 2000-point marker of the heaviest bin
+    fig, ax2 = plt.subplots()
+    d.plot(ax=ax2, label="mine", color="red", legend_loc="upper left")
+    assert "mine" in _legend_texts(ax2)
+    face = ax2.get_legend().legend_handles[0].get_markerfacecolor()
+    assert matplotlib.colors.same_color(face[:3], "red")
+    d.plot(ax=ax)  # back to the first Axes for the checks below
     assert ax.get_xlabel() and ax.get_ylabel()
     assert len(_diagonals(ax)) == 1 and DIAGONAL in _legend_texts(ax)
     _assert_legend_off_data(ax)
