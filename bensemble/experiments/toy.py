@@ -190,7 +190,7 @@ def run(options: RunOptions) -> ExperimentResult:
         f"{convention_label(config.trust, config.clip)} (default) and the other trust"
     )
     records, notes = [], []
-    maps: dict[str, torch.Tensor] = {}
+    maps: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # method -> (EU, squared error)
     first = None
     jobs = [(s, m) for s in repeat_seeds(options.seed, repeats) for m in METHODS]
     trusts = (config.trust, *(t for t in TRUST if t != config.trust))
@@ -263,7 +263,6 @@ def run(options: RunOptions) -> ExperimentResult:
                 notes.append(note)
             if seed == options.seed and (not quick or method in QUICK_MAP_METHODS):
                 first = (train, grid)
-                maps[f"{method}: EU(x)"] = eu_map
                 if p is None:  # the illustrative method's own draws, default convention
                     g = torch.Generator().manual_seed(seed)
                     from bensemble.methods import gaussian_members
@@ -271,7 +270,7 @@ def run(options: RunOptions) -> ExperimentResult:
                     p = gaussian_members(h, eu, settings.n_samples, clip=config.clip, generator=g)[
                         ..., 1
                     ]
-                maps[f"{method}: E_h[(eta - h)^2]"] = ((grid.eta[None, :] - p) ** 2).mean(dim=0)
+                maps[method] = (eu_map, ((grid.eta[None, :] - p) ** 2).mean(dim=0))
     every = aggregate(records, ["method", "convention"], VALUES)
     default_label = convention_label(config.trust, config.clip)
     rows = [r for r in every if r["convention"] in (MEMBERS, default_label)]
@@ -343,10 +342,21 @@ def findings(rows, default_label: str) -> list[dict]:
 
 
 def _figures(report, rows, maps, first, dpi: int) -> None:
-    from bensemble.plots import plot_toy_maps
+    """``toy_eu_maps``: per method, its EU map beside its members' squared error on one shared
+    colour scale (figures 2 and 6; for the illustrative methods the EU is the one they report,
+    fig. 2(a)); ``toy_eece``: EECE and TECE per method (figure 3a)."""
+    from bensemble.plots import plot_toy_maps, toy_map_pairs
 
     train, grid = first
-    fig = plot_toy_maps(grid.x, maps, ncols=6, points=train.x, point_labels=train.y, panel_size=3.2)
+    panels, pairs = toy_map_pairs(
+        {m: eu for m, (eu, _) in maps.items()},
+        {m: err for m, (_, err) in maps.items()},
+        reported=[m for m in maps if m in ILLUSTRATIVE_METHODS],
+    )
+    fig = plot_toy_maps(
+        grid.x, panels, groups=pairs, ncols=6, points=train.x, point_labels=train.y,
+        panel_size=3.2,
+    )  # fmt: skip
     report.add_figure("toy_eu_maps", fig, dpi=dpi)
     methods = columns_of(rows, "method")
     bars = {

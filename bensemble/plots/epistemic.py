@@ -1,15 +1,20 @@
-"""Epistemic reliability diagram and 2-D maps of per-point quantities on the toy grid.
+"""Epistemic reliability diagram (the toy-grid maps moved to :mod:`bensemble.plots.maps`).
 
 Compute, then draw: :func:`bensemble.metrics.expected_epistemic_calibration_error` with
 ``return_details=True`` gives per-bin reported EU (``trust``) and the members' actual squared
 error; :class:`EpistemicReliabilityDisplay` stores those arrays and draws them. A perfectly
 epistemically calibrated model puts every bin on the diagonal.
+
+Scale: EU and squared errors of a good model sit close to 0, so on linear axes most bins crowd
+into the bottom-left corner. ``scale="auto"`` (the default) draws log-log axes when **more than
+half of the points (by bin weight) lie in bins whose two coordinates are both below 1/10 of the
+largest coordinate** (:data:`AUTO_LOG_FRACTION`), unless bins with a zero coordinate (which log
+axes cannot show) carry 10% of the points or more (:data:`AUTO_LOG_MAX_HIDDEN`); see
+:func:`auto_scale`.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -17,23 +22,29 @@ import torch
 
 from bensemble._validation import (
     as_float_tensor,
-    as_labels,
     as_member_stack,
-    check_bool,
     check_option,
     check_positive,
-    check_positive_int,
     to_tensor,
 )
 from bensemble.metrics.epistemic import EECEDetails, expected_epistemic_calibration_error
+from bensemble.plots._layout import diagonal, diagonal_extent, marker_handle, place_legend
+from bensemble.plots.maps import plot_toy_maps
 
 __all__ = [
+    "AUTO_LOG_FRACTION",
+    "AUTO_LOG_MAX_HIDDEN",
     "EpistemicReliabilityDisplay",
+    "auto_scale",
     "plot_epistemic_reliability_diagram",
     "plot_toy_maps",
 ]
 
-SCALES = ("linear", "log")
+SCALES = ("auto", "linear", "log")
+#: ``scale="auto"`` picks log when most points sit below this fraction of the largest value.
+AUTO_LOG_FRACTION = 0.1
+#: ... unless bins that log axes cannot show (a zero coordinate) hold at least this share.
+AUTO_LOG_MAX_HIDDEN = 0.1
 
 
 class EpistemicReliabilityDisplay:
@@ -41,7 +52,9 @@ class EpistemicReliabilityDisplay:
 
     ``x = trust_m`` (mean reported EU in the bin), ``y = mean_h (acc_m - conf[h, m])^2``; the
     diagonal is perfect epistemic calibration, and the EECE is the weighted mean vertical distance
-    to it. Marker area follows the bin weight ``|B_m| / N``.
+    to it. Marker area follows the bin weight ``|B_m| / N``; the legend shows a marker of normal
+    size. Pooled classwise details carry the class of each bin (``classes``) and are drawn with
+    one colour per class.
 
     Args:
         trust: ``[M]`` reported EU per bin (NaN for an empty bin).
@@ -49,11 +62,17 @@ class EpistemicReliabilityDisplay:
         counts: ``[M]`` points per bin.
         value: the EECE shown in the legend.
         name: label of the markers.
+        classes: optional ``[M]`` class index of each bin (pooled classwise details).
 
     Attributes:
         ax_: the Axes drawn on (after :meth:`plot`).
         figure_: its Figure.
-        scatter_: the PathCollection of the bins.
+        scatter_: the PathCollection of the bins (one, coloured by class in the classwise view).
+        scale_: the scale drawn, ``"linear"`` or ``"log"`` (what ``"auto"`` chose).
+        n_hidden_: filled bins left out because log axes cannot show a zero coordinate.
+        diagonal_: the ``y = x`` Line2D (one per Axes, shared by displays drawn on it).
+        legend_handles_: the legend entries of this display (normal-size marker proxies: one
+            per class in the classwise view, then the name and EECE; then the diagonal).
 
     Example:
         >>> import matplotlib, torch
@@ -64,7 +83,7 @@ class EpistemicReliabilityDisplay:
         >>> d.counts.tolist()
         [2.0, 2.0]
         >>> d.plot().ax_.get_xlabel()
-        'Reported epistemic uncertainty (mean EU in the bin)'
+        'Reported EU (bin mean)'
     """
 
     def __init__(
@@ -75,6 +94,7 @@ class EpistemicReliabilityDisplay:
         *,
         value: float | None = None,
         name: str | None = None,
+        classes: torch.Tensor | None = None,
     ) -> None:
         fn = "EpistemicReliabilityDisplay"
         shape = None
@@ -89,6 +109,15 @@ class EpistemicReliabilityDisplay:
             shape = t.shape
         if value is not None:
             value = check_positive(value, "value", fn, allow_zero=True)
+        if classes is not None:
+            c = as_float_tensor(classes, "classes", fn, ndim=1, dtype=None)
+            if c.shape != shape or bool((c < 0).any()) or bool((c != c.round()).any()):
+                raise ValueError(
+                    f"{fn}: `classes` must hold one class index >= 0 per bin, shape "
+                    f"{tuple(shape)} (got shape {tuple(c.shape)})"
+                )
+            classes = c.long()
+        self.classes = classes
         self.trust = trust
         self.squared_error = squared_error
         self.counts = counts
@@ -103,7 +132,8 @@ class EpistemicReliabilityDisplay:
 
         For "classwise" details (``[K, M]`` fields) ``class_index=k`` shows class ``k``; ``None``
         pools the bins of every class (their weights then sum to 1 over all classes, and the
-        weighted mean distance to the diagonal is the classwise EECE).
+        weighted mean distance to the diagonal is the classwise EECE) and records each bin's
+        class in ``classes``, so :meth:`plot` draws one colour per class.
         """
         fn = "EpistemicReliabilityDisplay.from_details"
         if not isinstance(details, EECEDetails):
@@ -112,6 +142,7 @@ class EpistemicReliabilityDisplay:
                 f"expected_epistemic_calibration_error(..., return_details=True) "
                 f"(got {type(details).__name__})"
             )
+        classes = None
         trust, sq, counts, value = (
             details.trust,
             details.squared_error,
@@ -133,10 +164,12 @@ class EpistemicReliabilityDisplay:
                 trust, sq, counts = trust[k], sq[k], counts[k]
                 value = float(details.per_class[k])
             else:
+                n_bins = details.counts.shape[1]
+                classes = torch.arange(n_classes).repeat_interleave(n_bins)
                 trust, sq, counts = trust.reshape(-1), sq.reshape(-1), counts.reshape(-1)
         elif class_index is not None:
             raise ValueError(f"{fn}: `class_index` must be None for binary details")
-        return cls(trust, sq, counts, value=value, name=name)
+        return cls(trust, sq, counts, value=value, name=name, classes=classes)
 
     @classmethod
     def from_member_probs(
@@ -167,62 +200,158 @@ class EpistemicReliabilityDisplay:
         """``[M]`` bin weights (fraction of the points)."""
         return self.counts / self.counts.sum()
 
+    def _filled(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(trust, squared_error, weight)`` of the filled bins, float64."""
+        keep = self.counts > 0
+        w = self.weights[keep].to(torch.float64)
+        return self.trust[keep].to(torch.float64), self.squared_error[keep].to(torch.float64), w
+
+    def extent(self, scale: str) -> tuple[float, float]:
+        """Axis limits ``(low, high)`` (both axes) that show every drawable bin at ``scale``."""
+        check_option(scale, "scale", SCALES[1:], "EpistemicReliabilityDisplay.extent")
+        x, y, _ = self._filled()
+        values = torch.cat([x, y])
+        if scale == "log":
+            values = values[values > 0]
+            if values.numel() == 0:
+                return 1e-6, 1.0
+            return float(values.min()) / 1.5, float(values.max()) * 1.5
+        top = float(values.max()) if values.numel() else 0.0
+        return 0.0, top * 1.05 if top > 0 else 1.0
+
     def plot(
         self,
         ax: Any = None,
         *,
-        scale: str = "linear",
+        scale: str = "auto",
+        limits: tuple[float, float] | None = None,
         max_marker_size: float = 300.0,
+        legend_loc: str | None = "free",
         **kwargs: Any,
     ) -> EpistemicReliabilityDisplay:
         """Draw the bins as markers and the diagonal; returns ``self``.
 
+        Several displays may share one ``ax`` (e.g. before / after scaling): the diagonal is
+        drawn once and widened, the limits grow to show every display, and the scale of the
+        first display is kept. For side-by-side panels on shared axes use
+        :func:`plot_epistemic_reliability_panels`.
+
         Args:
             ax: Axes to draw on (``None``: a new figure).
-            scale: ``"linear"`` or ``"log"`` (log-log; bins with a zero coordinate are left out).
+            scale: ``"auto"`` (log-log when the mass sits near zero, the rule of
+                :func:`auto_scale`), ``"linear"`` or ``"log"`` (bins with a zero coordinate are
+                left out and counted in ``n_hidden_``).
+            limits: ``(low, high)`` for both axes (default: :meth:`extent`).
             max_marker_size: marker area of the heaviest bin (area is proportional to weight).
+            legend_loc: where the legend goes: ``"free"`` (default: the figure is drawn once
+                and the first inside place, upper left, lower right, then the other corners and
+                edges, whose legend box touches no bin marker is kept, else right of the Axes),
+                ``"outside"`` (right of the Axes, top aligned), any matplotlib ``loc``, or
+                ``None`` (no legend). The legend shows markers of normal size, whatever the
+                bins' areas.
             **kwargs: passed to ``Axes.scatter``.
         """
         import matplotlib.pyplot as plt
 
-        check_option(scale, "scale", SCALES, "EpistemicReliabilityDisplay.plot")
-        check_positive(max_marker_size, "max_marker_size", "EpistemicReliabilityDisplay.plot")
+        fn = "EpistemicReliabilityDisplay.plot"
+        check_option(scale, "scale", SCALES, fn)
+        check_positive(max_marker_size, "max_marker_size", fn)
         if ax is None:
-            fig, ax = plt.subplots(figsize=(5, 5))
+            wide = legend_loc == "outside"  # room for the legend right of the square diagram
+            fig, ax = plt.subplots(figsize=(7.5 if wide else 5.5, 5), layout="constrained")
         else:
             fig = ax.figure
+        previous = diagonal_extent(ax)  # another display is on this Axes already
+        if scale == "auto":
+            scale = ax.get_xscale() if previous is not None else auto_scale(self)
+        if limits is None:
+            limits = self.extent(scale)
+            if previous is not None:
+                limits = (min(limits[0], previous[0]), max(limits[1], previous[1]))
+        else:
+            limits = _check_limits(limits, scale, fn)
         keep = self.counts > 0
-        if scale == "log":
-            keep &= (self.trust > 0) & (self.squared_error > 0)
-        x = self.trust[keep].cpu().numpy()
-        y = self.squared_error[keep].cpu().numpy()
-        w = self.weights[keep]
+        shown = keep & (self.trust > 0) & (self.squared_error > 0) if scale == "log" else keep
+        self.n_hidden_ = int(keep.sum() - shown.sum())
+        x = self.trust[shown].cpu().numpy()
+        y = self.squared_error[shown].cpu().numpy()
+        w = self.weights[shown]
         sizes = (max_marker_size * w / w.max()).cpu().numpy() if w.numel() else []
         label = self.name or "bins"
         if self.value is not None:
             label = f"{label} (EECE = {self.value:.4f})"
-        style = {"alpha": 0.6, "edgecolors": "black", "linewidths": 0.5, "label": label, **kwargs}
-        self.scatter_ = ax.scatter(x, y, s=sizes, **style)
-        top = max(float(x.max()) if len(x) else 0.0, float(y.max()) if len(y) else 0.0)
-        top = top * 1.05 if top > 0 else 1.0
+        style = {"alpha": 0.6, "edgecolors": "black", "linewidths": 0.5, **kwargs}
+        label = style.pop("label", label)  # a given label names the legend's proxy marker
+        handles = []
+        by_class = self.classes is not None and not ({"c", "color"} & set(kwargs))
+        if by_class:
+            classes = self.classes[shown].cpu().numpy()
+            n_classes = int(self.classes.max()) + 1
+            colours = _class_colours(n_classes)
+            style["c"] = colours[classes] if len(classes) else None
+            handles = [marker_handle(colours[k], f"class {k}") for k in range(n_classes)]
+            handles.append(marker_handle("none", label))
+        self.scatter_ = ax.scatter(x, y, s=sizes, label="_bins", **style)
+        if not by_class:
+            face = self.scatter_.get_facecolors()
+            handles = [marker_handle(face[0] if len(face) else "C0", label)]
         if scale == "log":
-            bottom = min(float(x.min()), float(y.min())) / 1.5 if len(x) else 1e-6
             ax.set_xscale("log")
             ax.set_yscale("log")
-            ax.plot([bottom, top], [bottom, top], "--", color="gray", label="Perfect")
-            ax.set_xlim(bottom, top)
-            ax.set_ylim(bottom, top)
-        else:
-            ax.plot([0, top], [0, top], "--", color="gray", label="Perfect")
-            ax.set_xlim(0, top)
-            ax.set_ylim(0, top)
-        ax.set_xlabel("Reported epistemic uncertainty (mean EU in the bin)")
-        ax.set_ylabel(r"Members' squared error $\mathrm{mean}_h(\mathrm{acc} - \mathrm{conf}_h)^2$")
-        ax.set_title("Epistemic reliability diagram")
-        ax.legend(loc="upper left")
+        self.diagonal_ = diagonal(ax, *limits)
+        ax.set_xlim(*limits)
+        ax.set_ylim(*limits)
+        ax.set_box_aspect(1)  # square: the diagonal at 45 degrees
+        ax.set_xlabel("Reported EU (bin mean)")
+        ax.set_ylabel(r"Squared error $\mathrm{mean}_h(\mathrm{acc} - \mathrm{conf}_h)^2$")
+        title = "Epistemic reliability diagram"
+        if self.n_hidden_:
+            title += f"\n({self.n_hidden_} bin(s) with a zero value not shown on log axes)"
+        ax.set_title(title)
+        self.legend_handles_ = [*handles, self.diagonal_]
+        place_legend(ax, legend_loc, handles, ncols=2 if len(handles) > 7 else 1)
+        self.scale_ = scale
         self.ax_ = ax
         self.figure_ = fig
         return self
+
+
+def auto_scale(display: EpistemicReliabilityDisplay) -> str:
+    """The scale ``scale="auto"`` draws: ``"log"`` where the mass sits near zero, else linear.
+
+    Log when the bins whose two coordinates are both at most :data:`AUTO_LOG_FRACTION` of the
+    largest coordinate hold more than half of the points, and the bins with a zero coordinate
+    (not drawable on log axes) hold less than :data:`AUTO_LOG_MAX_HIDDEN` of them.
+    """
+    x, y, w = display._filled()
+    if w.numel() == 0:
+        return "linear"
+    top = float(torch.maximum(x, y).max())
+    if not top > 0:
+        return "linear"
+    near = float(w[torch.maximum(x, y) <= AUTO_LOG_FRACTION * top].sum())
+    hidden = float(w[(x <= 0) | (y <= 0)].sum())
+    return "log" if near > 0.5 and hidden < AUTO_LOG_MAX_HIDDEN else "linear"
+
+
+def _check_limits(limits: Any, scale: str, fn: str) -> tuple[float, float]:
+    ok = isinstance(limits, (tuple, list)) and len(limits) == 2
+    low, high = (float(limits[0]), float(limits[1])) if ok else (0.0, 0.0)
+    if not ok or not (low < high) or (scale == "log" and low <= 0):
+        need = "0 < low < high" if scale == "log" else "low < high"
+        raise ValueError(f"{fn}: `limits` must be a pair (low, high) with {need} (got {limits!r})")
+    return low, high
+
+
+def _class_colours(n_classes: int) -> Any:
+    """``[K, 4]`` RGBA colours, one per class: tab10 / tab20, else sampled from turbo."""
+    import matplotlib
+
+    if n_classes <= 10:
+        return matplotlib.colormaps["tab10"](np.arange(n_classes))
+    if n_classes <= 20:
+        return matplotlib.colormaps["tab20"](np.arange(n_classes))
+    return matplotlib.colormaps["turbo"](np.linspace(0.0, 1.0, n_classes))
 
 
 def plot_epistemic_reliability_diagram(
@@ -231,11 +360,15 @@ def plot_epistemic_reliability_diagram(
     n_bins: int = 100,
     *,
     class_index: int | None = None,
-    scale: str = "linear",
+    scale: str = "auto",
     binary: bool = False,
     **eece_kwargs: Any,
 ) -> Any:
     """Epistemic reliability diagram of member predictions as a Figure.
+
+    ``scale`` is ``"auto"`` (log where the mass sits near zero, see :func:`auto_scale`),
+    ``"linear"`` or ``"log"``; classwise details without ``class_index`` are drawn with one
+    colour per class.
 
     A thin shell over :meth:`EpistemicReliabilityDisplay.from_member_probs` and
     :meth:`EpistemicReliabilityDisplay.plot`; ``eece_kwargs`` (``seed``, ``eu``, ``bins``, ...)
@@ -249,118 +382,3 @@ def plot_epistemic_reliability_diagram(
         member_probs, labels, n_bins, class_index=class_index, binary=binary, **eece_kwargs
     )
     return display.plot(scale=scale).figure_
-
-
-def _grid_axes(grid_x: torch.Tensor, fn: str) -> tuple[int, torch.Tensor, torch.Tensor]:
-    """Side ``n`` and the two axes of a row-major ``n x n`` grid with ``x1`` varying fastest."""
-    g = grid_x.shape[0]
-    n = math.isqrt(g)
-    if grid_x.shape[1] != 2 or n * n != g or n < 2:
-        raise ValueError(
-            f"{fn}: `grid_x` must be an n x n grid of 2-D points, shape [n * n, 2] "
-            f"(got shape {list(grid_x.shape)})"
-        )
-    x1 = grid_x[:n, 0]
-    x2 = grid_x[::n, 1]
-    regular = torch.allclose(grid_x[:, 0], x1.repeat(n)) and torch.allclose(
-        grid_x[:, 1], x2.repeat_interleave(n)
-    )
-    if not regular:
-        raise ValueError(
-            f"{fn}: `grid_x` must be ordered row-major with x1 varying fastest, as "
-            "bensemble.datasets.make_toy_grid returns it (got another order)"
-        )
-    return n, x1, x2
-
-
-def plot_toy_maps(
-    grid_x: Any,
-    panels: Mapping[str, Any],
-    *,
-    ncols: int | None = None,
-    cmap: str = "viridis",
-    shared_scale: bool = False,
-    points: Any = None,
-    point_labels: Any = None,
-    panel_size: float = 4.0,
-) -> Any:
-    """Maps of per-point quantities on a regular 2-D grid, side by side (the paper's figures 2/6).
-
-    For example ``{"EU(x)": eu, "E_h[(eta - h)^2]": ((eta - p) ** 2).mean(0)}`` on the points of
-    :func:`bensemble.datasets.make_toy_grid`.
-
-    Args:
-        grid_x: ``[n * n, 2]`` grid points, row-major with ``x1`` varying fastest.
-        panels: title -> values ``[n * n]`` (or ``[n, n]``), one image per entry, in order.
-        ncols: panels per row (default: all in one row).
-        cmap: matplotlib colormap name.
-        shared_scale: one colour scale for every panel (else one per panel).
-        points: optional ``[P, 2]`` points (e.g. the training set) drawn on every panel.
-        point_labels: optional ``[P]`` integer labels colouring ``points``.
-        panel_size: inches per panel.
-
-    Returns:
-        The matplotlib Figure (one Axes with an image and a colour bar per panel).
-    """
-    import matplotlib.pyplot as plt
-
-    fn = "plot_toy_maps"
-    shared_scale = check_bool(shared_scale, "shared_scale", fn)
-    panel_size = check_positive(panel_size, "panel_size", fn)
-    gx = as_float_tensor(grid_x, "grid_x", fn, ndim=2)
-    n, x1, x2 = _grid_axes(gx, fn)
-    if not isinstance(panels, Mapping) or len(panels) == 0:
-        raise ValueError(f"{fn}: `panels` must be a non-empty mapping of title -> values")
-    images = {}
-    for title, values in panels.items():
-        v = as_float_tensor(values, f"panels[{title!r}]", fn, ndim=(1, 2))
-        if v.numel() != n * n:
-            raise ValueError(
-                f"{fn}: `panels[{title!r}]` must hold one value per grid point ({n * n}) "
-                f"(got shape {list(v.shape)})"
-            )
-        images[str(title)] = v.reshape(n, n).cpu().numpy()
-    pts = labels = None
-    if points is not None:
-        pts = as_float_tensor(points, "points", fn, ndim=2)
-        if pts.shape[1] != 2:
-            raise ValueError(f"{fn}: `points` must have shape [P, 2] (got {list(pts.shape)})")
-        if point_labels is not None:
-            labels = as_labels(point_labels, "point_labels", fn, n=pts.shape[0]).cpu().numpy()
-        pts = pts.cpu().numpy()
-    count = len(images)
-    if ncols is not None:
-        ncols = check_positive_int(ncols, "ncols", fn)
-    ncols = count if ncols is None else min(ncols, count)
-    nrows = -(-count // ncols)
-    fig, axes = plt.subplots(
-        nrows, ncols, figsize=(panel_size * ncols, panel_size * nrows * 0.85), squeeze=False
-    )
-    vmin = vmax = None
-    if shared_scale:
-        vmin = min(float(im.min()) for im in images.values())
-        vmax = max(float(im.max()) for im in images.values())
-    extent = (float(x1[0]), float(x1[-1]), float(x2[0]), float(x2[-1]))
-    for ax, (title, image) in zip(axes.flat, images.items()):
-        shown = ax.imshow(
-            image, origin="lower", extent=extent, cmap=cmap, vmin=vmin, vmax=vmax, aspect="equal"
-        )
-        fig.colorbar(shown, ax=ax, fraction=0.046, pad=0.04)
-        if pts is not None:
-            ax.scatter(
-                pts[:, 0],
-                pts[:, 1],
-                c=labels if labels is not None else "white",
-                cmap="coolwarm" if labels is not None else None,
-                edgecolors="black",
-                s=20,
-            )
-            ax.set_xlim(extent[0], extent[1])
-            ax.set_ylim(extent[2], extent[3])
-        ax.set_title(title)
-        ax.set_xlabel("$x_1$")
-        ax.set_ylabel("$x_2$")
-    for ax in list(axes.flat)[count:]:
-        ax.set_visible(False)
-    fig.tight_layout()
-    return fig

@@ -24,6 +24,7 @@ from bensemble.metrics.calibration import (
     binned_calibration_stats,
     calibration_error_from_bins,
 )
+from bensemble.plots._layout import diagonal, place_legend
 
 __all__ = ["wilson_interval", "ReliabilityDisplay", "plot_reliability_diagram"]
 
@@ -97,10 +98,11 @@ class ReliabilityDisplay:
 
     Attributes:
         ax_: Axes of the diagram (after :meth:`plot`).
-        counts_ax_: Axes of the count bars.
+        counts_ax_: Axes of the count bars, a separate panel (None without one).
         figure_: the Figure.
         errorbar_: the drawn ErrorbarContainer.
-        bars_: the BarContainer of the counts.
+        diagonal_: the ``y = x`` Line2D (shared by every display drawn on ``ax_``).
+        bars_: the BarContainer of the counts (None when no count panel was drawn).
 
     Example:
         >>> import matplotlib
@@ -189,20 +191,41 @@ class ReliabilityDisplay:
         return calibration_error_from_bins(self.bins)
 
     def plot(
-        self, ax: Any = None, *, show_counts: bool = True, **kwargs: Any
+        self,
+        ax: Any = None,
+        *,
+        show_counts: bool = True,
+        counts_ax: Any = None,
+        legend_loc: str | None = "free",
+        **kwargs: Any,
     ) -> ReliabilityDisplay:
         """Draw the diagram; returns ``self``.
 
+        Layout: with ``ax=None`` the display makes its own figure, the diagram above a separate
+        count panel (a quarter of the height, sharing the confidence axis). With a given ``ax``
+        nothing is drawn over it: the counts go to ``counts_ax`` when one is given (e.g. an Axes
+        below ``ax``), else they are left out. The diagonal ``y = x`` ("Perfect calibration")
+        is drawn once per Axes, so several displays can share one ``ax`` (each adds its markers
+        and its legend entry).
+
         Args:
-            ax: Axes to draw on. ``None`` creates a figure with the diagram above a count panel;
-                with a given ``ax`` the counts go on a twin y-axis.
-            show_counts: draw the per-bin counts as bars.
+            ax: Axes to draw on (``None``: a new figure).
+            show_counts: draw the per-bin counts as bars (where there is a panel for them).
+            counts_ax: Axes for the count bars when ``ax`` is given.
+            legend_loc: where the legend goes: ``"free"`` (default: the figure is drawn once and
+                the first inside place, upper left, lower right, then the other corners and
+                edges, whose legend box touches no marker, error bar or curve is kept, else the
+                legend goes right of the Axes; the upper left is free for an overconfident
+                model),
+                ``"outside"`` (right of the Axes), any matplotlib ``loc``, or ``None``.
             **kwargs: passed to ``Axes.errorbar`` for the accuracy markers.
         """
         import matplotlib.pyplot as plt
 
-        show_counts = check_bool(show_counts, "show_counts", "ReliabilityDisplay.plot")
-        stacked = ax is None and show_counts  # our own figure: counts in a panel below
+        fn = "ReliabilityDisplay.plot"
+        show_counts = check_bool(show_counts, "show_counts", fn)
+        if counts_ax is not None and ax is None:
+            raise ValueError(f"{fn}: `counts_ax` needs `ax` (got ax=None, which makes a figure)")
         if ax is None:
             fig, axes = plt.subplots(
                 2 if show_counts else 1,
@@ -211,12 +234,16 @@ class ReliabilityDisplay:
                 squeeze=False,
                 gridspec_kw={"height_ratios": [3, 1]} if show_counts else None,
                 figsize=(5, 6) if show_counts else (5, 5),
+                layout="constrained",
             )
             ax = axes[0, 0]
             counts_ax = axes[1, 0] if show_counts else None
         else:
             fig = ax.figure
-            counts_ax = ax.twinx() if show_counts else None
+            if counts_ax is ax:
+                raise ValueError(f"{fn}: `counts_ax` must be another Axes than `ax`")
+            if not show_counts:
+                counts_ax = None
         b = self.bins
         filled = b.counts > 0
         x = b.mean_confidence[filled].cpu().numpy()
@@ -227,26 +254,34 @@ class ReliabilityDisplay:
         style = {"fmt": "o-", "capsize": 3, "label": label, **kwargs}
         yerr = [(acc - lower).clip(min=0.0), (upper - acc).clip(min=0.0)]
         self.errorbar_ = ax.errorbar(x, acc, yerr=yerr, **style)
-        ax.plot([0, 1], [0, 1], linestyle="--", color="gray", label="Perfect calibration")
+        self.diagonal_ = diagonal(ax, 0.0, 1.0)
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
         ax.set_ylabel("Accuracy")
         ax.set_title(f"Reliability diagram ({self.confidence_level:.0%} Wilson intervals)")
-        ax.legend(loc="upper left")
+        place_legend(ax, legend_loc, fontsize="small")
         self.bars_ = None
         if counts_ax is not None:
             edges = b.edges.cpu().numpy()
+            shared = len(counts_ax.patches) > 0  # another display's bars are there already
             self.bars_ = counts_ax.bar(
                 edges[:-1],
                 b.counts.cpu().numpy(),
                 width=edges[1:] - edges[:-1],
                 align="edge",
-                alpha=1.0 if stacked else 0.3,
+                alpha=0.45 if shared else 1.0,
                 edgecolor="black",
-                color="tab:gray",
+                linewidth=0.5,
+                color=self.errorbar_.lines[0].get_color() if shared else "tab:gray",
             )
+            counts_ax.set_xlim(0, 1)
             counts_ax.set_ylabel("Count")
-        (counts_ax if stacked else ax).set_xlabel("Confidence")
+            counts_ax.set_xlabel("Confidence")
+            # a panel sharing the confidence axis carries its label alone
+            shared_x = counts_ax.get_shared_x_axes().joined(ax, counts_ax)
+            ax.set_xlabel("" if shared_x else "Confidence")
+        else:
+            ax.set_xlabel("Confidence")
         self.ax_ = ax
         self.counts_ax_ = counts_ax
         self.figure_ = fig

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from bensemble.plots._layout import place_legend
+
 __all__ = ["EECEvsECEDisplay", "EECEvsECESummary", "eece_ece_summary", "plot_eece_vs_ece"]
 
 
@@ -128,12 +130,19 @@ class EECEvsECEDisplay:
             count += int((r.ece_mean < self.floor).sum() + (r.eece_mean < self.floor).sum())
         return count
 
-    def plot(self, ax: Any = None, *, title: str | None = None) -> EECEvsECEDisplay:
-        """Draw on ``ax`` (a new figure when ``None``); returns ``self``."""
+    def plot(
+        self, ax: Any = None, *, title: str | None = None, legend_loc: str | None = "outside"
+    ) -> EECEvsECEDisplay:
+        """Draw on ``ax`` (a new figure when ``None``); returns ``self``.
+
+        ``legend_loc``: ``"outside"`` (default: right of the Axes; one entry per method, and
+        the methods spread over the whole log-log square), ``"free"``, any matplotlib ``loc``,
+        or ``None``.
+        """
         import matplotlib.pyplot as plt
 
         if ax is None:
-            _, ax = plt.subplots(figsize=(6.0, 4.8))
+            _, ax = plt.subplots(figsize=(7.5, 4.8), layout="constrained")
         s = self.summary
         x = np.maximum(s.eece_mean, self.floor)
         y = np.maximum(s.ece_mean, self.floor)
@@ -161,13 +170,11 @@ class EECEvsECEDisplay:
         note = f"; {self.n_floored} mean(s) < {self.floor:g} drawn at it" if self.n_floored else ""
         ax.set_title((title or "mean EECE vs mean ECE") + note, fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        place_legend(ax, legend_loc, fontsize=7)
         self.ax_, self.figure_ = ax, ax.figure
         return self
 
 
 def plot_eece_vs_ece(rows: Sequence[Mapping[str, Any]], *, title: str | None = None) -> Any:
     """Fig. 4(a) of one-vs-all ``rows`` as a new matplotlib Figure."""
-    display = EECEvsECEDisplay.from_rows(rows).plot(title=title)
-    display.figure_.tight_layout()
-    return display.figure_
+    return EECEvsECEDisplay.from_rows(rows).plot(title=title).figure_

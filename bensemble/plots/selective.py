@@ -10,12 +10,15 @@ from bensemble._validation import (
     as_float_tensor,
     as_labels,
     as_member_stack,
+    check_bool,
     check_positive,
+    check_probability,
     to_tensor,
 )
 from bensemble.metrics.selective import aurc, risk_coverage_curve, selective_confidence
+from bensemble.plots._layout import place_legend
 
-__all__ = ["RiskCoverageDisplay", "plot_risk_coverage"]
+__all__ = ["RiskCoverageDisplay", "oracle_risk", "plot_risk_coverage"]
 
 
 class RiskCoverageDisplay:
@@ -35,6 +38,7 @@ class RiskCoverageDisplay:
         ax_: the matplotlib Axes drawn on (after :meth:`plot`).
         figure_: its Figure.
         line_: the drawn Line2D.
+        oracle_line_, random_line_: the reference curves (see :meth:`plot`).
 
     Example:
         >>> import matplotlib
@@ -108,37 +112,117 @@ class RiskCoverageDisplay:
         correct = (mean.argmax(dim=-1) == y.to(mean.device)).to(torch.float64)
         return cls.from_predictions(conf, correct, name=name or confidence)
 
+    @property
+    def error_rate(self) -> float:
+        """Overall error rate: the selective risk at full coverage (the last point)."""
+        return float(self.risk[-1])
+
     def plot(
-        self, ax: Any = None, *, name: str | None = None, **kwargs: Any
+        self,
+        ax: Any = None,
+        *,
+        name: str | None = None,
+        show_oracle: bool = True,
+        show_random: bool = True,
+        legend_loc: str | None = "free",
+        **kwargs: Any,
     ) -> RiskCoverageDisplay:
         """Draw selective risk against coverage, one vertex per threshold.
+
+        Two reference curves frame it (drawn once per Axes, so several displays of the same
+        predictions can share one ``ax``): the **oracle** (:func:`oracle_risk`: every error
+        rejected first, the best achievable risk at each coverage given the error rate ``e``:
+        0 up to coverage ``1 - e``, then ``(c - 1 + e) / c``) and **random** rejection (a
+        constant risk ``e``).
 
         Args:
             ax: matplotlib Axes; a new figure is created when None.
             name: legend label (overrides the one given at construction).
+            show_oracle: draw the oracle curve.
+            show_random: draw the random-rejection line.
+            legend_loc: ``"free"`` (default: the first inside corner, upper left first, whose
+                legend box touches no curve, else right of the Axes), ``"outside"``, any
+                matplotlib ``loc``, or ``None`` (no legend).
             **kwargs: passed to ``Axes.plot``.
 
         Returns:
-            ``self`` with ``ax_``, ``figure_`` and ``line_`` set.
+            ``self`` with ``ax_``, ``figure_`` and ``line_`` set (``oracle_line_`` and
+            ``random_line_`` too: the reference Line2Ds, None when not drawn).
         """
         import matplotlib.pyplot as plt
 
+        fn = "RiskCoverageDisplay.plot"
+        show_oracle = check_bool(show_oracle, "show_oracle", fn)
+        show_random = check_bool(show_random, "show_random", fn)
         if ax is None:
-            _, ax = plt.subplots()
+            _, ax = plt.subplots(layout="constrained")
         label = name if name is not None else self.name
         if self.aurc is not None:
             label = f"{label} (AURC {self.aurc:.4f})" if label else f"AURC {self.aurc:.4f}"
         (self.line_,) = ax.plot(
             self.coverage.cpu().numpy(), self.risk.cpu().numpy(), label=label, **kwargs
         )
+        e = self.error_rate
+        self.oracle_line_ = self.random_line_ = None
+        if show_oracle:
+            coverage = torch.linspace(0.0, 1.0, 201, dtype=torch.float64)[1:]
+            coverage = torch.cat([coverage, torch.tensor([1.0 - e], dtype=torch.float64)])
+            coverage = coverage[coverage > 0].unique()
+            self.oracle_line_ = _reference(
+                ax, "oracle", coverage.numpy(), oracle_risk(coverage, e).numpy(), ":", "black"
+            )
+        if show_random:
+            self.random_line_ = _reference(ax, "random", [0.0, 1.0], [e, e], "--", "gray")
         ax.set_xlabel("Coverage")
         ax.set_ylabel("Selective risk")
         ax.set_xlim(0.0, 1.0)
-        if label:
-            ax.legend(loc="upper left")
+        top = max(float(self.risk.max()) if self.risk.numel() else 0.0, e)
+        ax.set_ylim(0.0, max(ax.get_ylim()[1], 1.08 * top if top > 0 else 1.0))
+        place_legend(ax, legend_loc if (label or show_oracle or show_random) else None)
         self.ax_ = ax
         self.figure_ = ax.figure
         return self
+
+
+#: Legend entries (and ``gid``) of the two reference curves.
+REFERENCE_LABELS = {"oracle": "oracle (errors rejected first)", "random": "random rejection"}
+
+
+def _reference(ax: Any, kind: str, x: Any, y: Any, style: str, color: str) -> Any:
+    """Draw a reference curve once per Axes (a second display reuses the first one's line)."""
+    gid = f"bensemble-{kind}"
+    for line in ax.lines:
+        if line.get_gid() == gid:
+            return line
+    (line,) = ax.plot(
+        x, y, linestyle=style, color=color, linewidth=1.0, label=REFERENCE_LABELS[kind], gid=gid
+    )
+    return line
+
+
+def oracle_risk(coverage: Any, error_rate: float) -> torch.Tensor:
+    """Best achievable selective risk at each coverage when a fraction ``error_rate`` is wrong.
+
+    An oracle rejects the errors first: the risk is 0 up to coverage ``1 - e``, then
+    ``(c - (1 - e)) / c``.
+
+    Args:
+        coverage: ``[G]`` coverages in ``(0, 1]``.
+        error_rate: overall error rate ``e`` in ``[0, 1]``.
+
+    Returns:
+        float64 ``[G]``.
+
+    Example:
+        >>> oracle_risk([0.5, 0.75, 1.0], 0.5).tolist()
+        [0.0, 0.3333333333333333, 0.5]
+    """
+    fn = "oracle_risk"
+    c = as_float_tensor(coverage, "coverage", fn, ndim=1)
+    e = check_probability(error_rate, "error_rate", fn, open_interval=False)
+    if bool(((c <= 0) | (c > 1)).any()):
+        raise ValueError(f"{fn}: `coverage` must lie in (0, 1] (got values outside)")
+    return ((c - (1.0 - e)).clamp_min(0.0) / c).to(torch.float64)
 
 
 def plot_risk_coverage(confidence: Any, correct: Any, *, name: str | None = None) -> Any:

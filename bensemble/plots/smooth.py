@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from bensemble.metrics.smooth import SmoothCalibrationCurve, smooth_calibration_curve
+from bensemble.plots._layout import diagonal, place_legend
 
 __all__ = ["SmoothCalibrationDisplay"]
 
@@ -48,8 +49,20 @@ class SmoothCalibrationDisplay:
         result = smooth_calibration_curve(conf, correct, bandwidth, kernel, grid)
         return cls(result, label=label)
 
-    def plot(self, ax: Any = None, *, show_density: bool = True, **kwargs: Any):
+    def plot(
+        self,
+        ax: Any = None,
+        *,
+        show_density: bool = True,
+        legend_loc: str | None = "free",
+        **kwargs: Any,
+    ):
         """Draw on ``ax`` (a new figure when ``None``); ``kwargs`` go to the curve's ``plot``.
+
+        The diagonal ("Perfect calibration") is drawn once per Axes. ``legend_loc``:
+        ``"free"`` (default: the first inside corner whose legend box touches no curve or
+        density band, else right of the Axes), ``"outside"``, any matplotlib ``loc``, or
+        ``None``.
 
         Returns:
             ``self`` (with ``ax_`` and ``figure_`` set).
@@ -57,10 +70,10 @@ class SmoothCalibrationDisplay:
         import matplotlib.pyplot as plt
 
         if ax is None:
-            _, ax = plt.subplots(figsize=(4.5, 4.5))
+            _, ax = plt.subplots(figsize=(4.5, 4.5), layout="constrained")
         r = self.result
         t, curve = r.grid.cpu().numpy(), r.curve.cpu().numpy()
-        ax.plot([0, 1], [0, 1], linestyle="--", color="grey", linewidth=1, label="perfect")
+        diagonal(ax, 0.0, 1.0)
         label = self.label or f"{r.kernel} KDE, bandwidth {r.bandwidth:g}"
         ax.plot(t, curve, label=label, **kwargs)
         if show_density:
@@ -71,6 +84,6 @@ class SmoothCalibrationDisplay:
         ax.set_ylim(0, 1)
         ax.set_xlabel("confidence")
         ax.set_ylabel("estimated accuracy")
-        ax.legend(fontsize=8)
+        place_legend(ax, legend_loc, fontsize=8)
         self.ax_, self.figure_ = ax, ax.figure
         return self

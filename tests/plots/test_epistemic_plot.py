@@ -106,7 +106,7 @@ def test_plot_draws_bins_on_the_diagonal_diagram(tmp_path):
     sizes = display.scatter_.get_sizes()
     weights = display.weights[filled].numpy()
     np.testing.assert_allclose(sizes, 200.0 * weights / weights.max())
-    diagonal = [ln for ln in ax.lines if ln.get_label() == "Perfect"]
+    diagonal = [ln for ln in ax.lines if ln.get_label() == "Perfect calibration"]
     assert len(diagonal) == 1
     xd, yd = diagonal[0].get_data()
     np.testing.assert_allclose(xd, yd)

@@ -149,15 +149,30 @@ def test_plot_draws_markers_intervals_diagonal_and_counts(tmp_path):
     assert path.stat().st_size > 1000
 
 
-def test_plot_on_given_axes_uses_a_twin_for_counts():
+def test_plot_on_given_axes_draws_no_twin_over_it():
     probs, labels = _predictions(n=300, seed=3)
     fig, ax = plt.subplots()
     display = ReliabilityDisplay.from_predictions(probs, labels).plot(ax=ax, color="red")
     assert display.ax_ is ax and display.figure_ is fig
-    assert display.counts_ax_ is not ax and len(fig.axes) == 2
+    # the user's Axes stays alone: no twin y-axis, no bars drawn over the diagram
+    assert display.counts_ax_ is None and display.bars_ is None and fig.axes == [ax]
+    assert not ax.patches and ax.get_xlabel() == "Confidence"
     assert matplotlib.colors.same_color(display.errorbar_.lines[0].get_color(), "red")
     bare = ReliabilityDisplay.from_predictions(probs, labels).plot(show_counts=False)
     assert bare.bars_ is None and len(bare.figure_.axes) == 1
+
+
+def test_plot_on_given_axes_puts_counts_on_counts_ax():
+    probs, labels = _predictions(n=300, seed=3)
+    fig, (ax, below) = plt.subplots(2, 1, sharex=True)
+    display = ReliabilityDisplay.from_predictions(probs, labels, n_bins=6)
+    display.plot(ax=ax, counts_ax=below)
+    assert display.counts_ax_ is below and len(below.patches) == 6 and not ax.patches
+    assert below.get_xlabel() == "Confidence" and ax.get_xlabel() == ""
+    with pytest.raises(ValueError, match="`counts_ax`"):
+        display.plot(counts_ax=below)
+    with pytest.raises(ValueError, match="`counts_ax`"):
+        display.plot(ax=ax, counts_ax=ax)
 
 
 def test_plot_reliability_diagram_returns_a_figure(tmp_path):

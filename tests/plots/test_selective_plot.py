@@ -72,7 +72,7 @@ def test_bad_inputs_raise():
 def test_plot_risk_coverage_returns_the_figure():
     confidence, correct = _case(3)
     fig = plot_risk_coverage(confidence, correct, name="m")
-    (line,) = fig.axes[0].get_lines()
+    line = fig.axes[0].get_lines()[0]  # the curve, then the oracle and random references
     coverage, risk, _ = risk_coverage_curve(confidence, correct)
     np.testing.assert_array_equal(line.get_xdata(), coverage.numpy())
     np.testing.assert_array_equal(line.get_ydata(), risk.numpy())

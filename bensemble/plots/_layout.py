@@ -1,0 +1,206 @@
+"""Small drawing helpers shared by the displays (matplotlib is imported inside functions only).
+
+* :func:`diagonal` draws the reference line ``y = x`` once per Axes: a second display drawn on
+  the same Axes finds the first one's line (by its ``gid``) and only widens it.
+* :func:`marker_handle` is a legend proxy of normal size for a scatter whose marker areas encode
+  a weight (the legend would otherwise copy the largest marker).
+* :func:`place_legend` draws (or redraws) the legend with the documented placement.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "DIAGONAL_GID",
+    "DIAGONAL_LABEL",
+    "FREE",
+    "OUTSIDE",
+    "data_boxes",
+    "diagonal",
+    "diagonal_extent",
+    "legend_overlaps_data",
+    "marker_handle",
+    "place_legend",
+]
+
+#: ``gid`` of the ``y = x`` reference line; one per Axes.
+DIAGONAL_GID = "bensemble-diagonal"
+#: Legend entry of the reference line.
+DIAGONAL_LABEL = "Perfect calibration"
+#: Marker size (points) of legend proxies, matplotlib's default line marker size.
+LEGEND_MARKER_SIZE = 7.0
+
+
+def diagonal(ax: Any, low: float, high: float) -> Any:
+    """The ``y = x`` line of ``ax`` over ``[low, high]``: drawn once, widened on later calls.
+
+    Returns:
+        The Line2D (the same object on every call for one Axes).
+    """
+    for line in ax.lines:
+        if line.get_gid() == DIAGONAL_GID:
+            x = line.get_xdata()
+            lo, hi = min(low, float(min(x))), max(high, float(max(x)))
+            line.set_data([lo, hi], [lo, hi])
+            return line
+    (line,) = ax.plot(
+        [low, high],
+        [low, high],
+        linestyle="--",
+        color="gray",
+        linewidth=1.0,
+        label=DIAGONAL_LABEL,
+        gid=DIAGONAL_GID,
+        zorder=1,
+    )
+    return line
+
+
+def diagonal_extent(ax: Any) -> tuple[float, float] | None:
+    """``(low, high)`` of the reference line already on ``ax``, or None."""
+    for line in ax.lines:
+        if line.get_gid() == DIAGONAL_GID:
+            x = line.get_xdata()
+            return float(min(x)), float(max(x))
+    return None
+
+
+def marker_handle(color: Any, label: str, marker: str = "o") -> Any:
+    """A legend proxy: one marker of normal size in ``color``."""
+    from matplotlib.lines import Line2D
+
+    return Line2D(
+        [],
+        [],
+        linestyle="none",
+        marker=marker,
+        markersize=LEGEND_MARKER_SIZE,
+        markerfacecolor=color,
+        markeredgecolor="black",
+        markeredgewidth=0.5,
+        alpha=0.8,
+        label=label,
+    )
+
+
+#: ``legend_loc`` value that puts the legend outside the Axes, to its right (top-aligned).
+OUTSIDE = "outside"
+#: ``legend_loc`` value: the first free inside corner of :data:`FREE_CANDIDATES`, else outside.
+FREE = "free"
+#: Inside locations tried by ``"free"``, in order.
+FREE_CANDIDATES = (
+    "upper left",
+    "lower right",
+    "upper right",
+    "lower left",
+    "center left",
+    "center right",
+    "upper center",
+    "lower center",
+)
+
+
+def place_legend(ax: Any, loc: str | None, extra: list | None = None, **kwargs: Any) -> Any:
+    """Draw the legend of ``ax`` at ``loc`` (None: remove it), handles deduplicated by label.
+
+    ``loc`` is any matplotlib legend location, ``"outside"``: right of the Axes, aligned with
+    its top, where it cannot cover data (constrained layout makes room for it), or ``"free"``:
+    the figure is drawn once and the first place of :data:`FREE_CANDIDATES` whose legend box
+    touches no data (:func:`legend_overlaps_data`: markers, error bars, curves, bars; the
+    ``y = x`` reference line does not count) is kept, else ``"outside"``.
+
+    ``extra`` handles (e.g. :func:`marker_handle` proxies) are kept across calls on one Axes,
+    so several displays drawn on the same Axes share one legend.
+    """
+    stored = getattr(ax, "_bensemble_legend_extra", [])
+    stored = [h for h in stored if h.get_label() not in {e.get_label() for e in extra or []}]
+    stored += list(extra or [])
+    ax._bensemble_legend_extra = stored
+    if loc is None:
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+        return None
+    handles, labels = ax.get_legend_handles_labels()
+    unique: dict[str, Any] = {}
+    for handle, label in zip(handles + stored, labels + [h.get_label() for h in stored]):
+        if label and not label.startswith("_"):
+            unique.setdefault(label, handle)
+    # reference lines (the diagonal, oracle / random curves: gid "bensemble-*") last
+    for label in [k for k, h in unique.items() if _is_reference(h)]:
+        unique[label] = unique.pop(label)
+    args = (list(unique.values()), list(unique))
+    if loc == FREE:
+        ax.figure.canvas.draw()  # lay the figure out, so the boxes are final
+        for candidate in FREE_CANDIDATES:
+            legend = ax.legend(*args, loc=candidate, **kwargs)
+            if not legend_overlaps_data(ax):
+                return legend
+        loc = OUTSIDE
+    if loc == OUTSIDE:
+        kwargs = {"bbox_to_anchor": (1.02, 1.0), "borderaxespad": 0.0, **kwargs}
+        loc = "upper left"
+    return ax.legend(*args, loc=loc, **kwargs)
+
+
+def data_boxes(ax: Any, *, include_reference: bool = False) -> list:
+    """Display-coordinate boxes and paths of the data drawn on ``ax`` (call after a draw).
+
+    Returns:
+        A list of ``("box", Bbox)`` for markers and bars and ``("path", Path)`` for lines and
+        error-bar segments; the ``y = x`` reference line is left out unless
+        ``include_reference``.
+    """
+    from matplotlib.collections import LineCollection, PathCollection
+    from matplotlib.patches import Rectangle
+    from matplotlib.transforms import Bbox
+
+    out: list = []
+    renderer = ax.figure.canvas.get_renderer()
+    for line in ax.lines:
+        if not line.get_visible() or (line.get_gid() == DIAGONAL_GID and not include_reference):
+            continue
+        path = line.get_transform().transform_path(line.get_path())
+        if line.get_linestyle() not in ("None", "none", "", " ") and len(path.vertices) > 1:
+            out.append(("path", path))
+        if line.get_marker() not in (None, "None", "none", "", " "):
+            half = line.get_markersize() * ax.figure.dpi / 72.0 / 2.0
+            for x, y in path.vertices:
+                out.append(("box", Bbox([[x - half, y - half], [x + half, y + half]])))
+    for coll in ax.collections:
+        if not coll.get_visible():
+            continue
+        if isinstance(coll, LineCollection):
+            transform = coll.get_transform()
+            out += [("path", transform.transform_path(p)) for p in coll.get_paths()]
+        elif isinstance(coll, PathCollection) and len(coll.get_offsets()):
+            offsets = coll.get_offset_transform().transform(coll.get_offsets())
+            sizes = coll.get_sizes()
+            for i, (x, y) in enumerate(offsets):
+                size = sizes[i % len(sizes)] if len(sizes) else 36.0
+                half = (size**0.5) * ax.figure.dpi / 72.0 / 2.0
+                out.append(("box", Bbox([[x - half, y - half], [x + half, y + half]])))
+        else:
+            out.append(("box", coll.get_window_extent(renderer)))
+    out += [("box", p.get_window_extent(renderer)) for p in ax.patches if isinstance(p, Rectangle)]
+    return out
+
+
+def legend_overlaps_data(ax: Any, *, include_reference: bool = False) -> bool:
+    """Whether the legend box of ``ax`` touches any of :func:`data_boxes` (after a draw)."""
+    legend = ax.get_legend()
+    if legend is None:
+        return False
+    box = legend.get_window_extent(ax.figure.canvas.get_renderer())
+    for kind, item in data_boxes(ax, include_reference=include_reference):
+        if kind == "box" and box.overlaps(item):
+            return True
+        if kind == "path" and item.intersects_bbox(box, filled=False):
+            return True
+    return False
+
+
+def _is_reference(handle: Any) -> bool:
+    """A reference line of ours (gid ``bensemble-*``: the diagonal, oracle, random)."""
+    get_gid = getattr(handle, "get_gid", None)
+    return callable(get_gid) and str(get_gid() or "").startswith("bensemble-")
