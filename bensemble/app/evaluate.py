@@ -392,6 +392,9 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
         help="replace an earlier report in --out (a folder holding other files is never replaced)",
     )
     p.add_argument("--json", action="store_true", help="print JSON to stdout instead of tables")
+    from bensemble.app.evaluate_stream import add_chunk_size_argument
+
+    add_chunk_size_argument(p)
     return p
 
 
@@ -438,6 +441,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
     nothing is written.
     """
     fn = PROG
+    if getattr(args, "chunk_size", None) is not None:  # memory-mapped .npy, chunk by chunk
+        from bensemble.app.evaluate_stream import run_evaluate_chunked
+
+        return run_evaluate_chunked(args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:

@@ -7,22 +7,29 @@ slicing - ``chunk_size`` samples at a time, feeds the streaming meters of
 :func:`bensemble.app.evaluate.evaluate_predictions` without a calibration split
 (accuracy, NLL, Brier, ECE and classwise ECE of the ensemble mean; for ``M > 1`` the mean
 uncertainty decomposition and the EECE), up to float64 summation order. Memory is
-``O(chunk_size * M * K)`` plus the labels.
+``O(chunk_size * M * K)`` plus the labels. (``bensemble evaluate --chunk-size`` adds the
+calibration split on top of the same pieces: :mod:`bensemble.app.evaluate_stream`.)
 
-The EECE follows the two-phase protocol with the *same* K-means fit as the in-memory path: the
-fit draws the same seeded subsample rows (gathered from the file), and its refinement steps and
-the final assignment stream over the file chunk by chunk; then an
-:class:`~bensemble.metrics.streaming_epistemic.EECEMeter` accumulates the per-bin sums. Each
-class's fit reads the file ``1 + refine`` more times.
+The EECE follows the two-phase protocol with the *same* K-means fit as the in-memory path:
 
-Not streamed: temperature scaling and conformal sets (they need a calibration split held in
-memory); run them on a split that fits.
+1. the members are put in the EECE's canonical order
+   (:func:`~bensemble.metrics._epistemic_checks.canonical_member_order`: a byte-wise sort of each
+   member's whole prediction array), found by :func:`canonical_order_chunked` from the first
+   chunk(s) - a later chunk is read only while two members are bit-identical so far;
+2. each class's K-means draws the same seeded subsample rows (gathered from the file), and its
+   refinement steps stream over the file chunk by chunk (:func:`fit_centroids_chunked`; each
+   class's fit reads the file ``1 + refine`` times when ``N`` exceeds the subsample);
+3. an :class:`~bensemble.metrics.streaming_epistemic.EECEMeter` per K-means seed accumulates the
+   per-bin sums in the main pass.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+import statistics
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -30,14 +37,15 @@ import torch
 
 from bensemble import _progress
 from bensemble._validation import (
+    SUM_TOLERANCE,
     as_labels,
+    as_logits,
     as_member_stack,
     check_bool,
-    check_n_bins,
     check_positive_int,
 )
-from bensemble.metrics._epistemic_checks import auto_n_bins
-from bensemble.metrics._kmeans import DEFAULT_REFINE, DEFAULT_SUBSAMPLE, _fit
+from bensemble.metrics._epistemic_checks import WARN_OCCUPANCY, resolve_n_bins
+from bensemble.metrics._kmeans import DEFAULT_REFINE, DEFAULT_SUBSAMPLE, _fit, resolve_seed
 from bensemble.metrics._kmeans_batched import map_classes
 from bensemble.metrics.streaming import (
     AccuracyMeter,
@@ -48,9 +56,19 @@ from bensemble.metrics.streaming import (
 )
 from bensemble.metrics.streaming_epistemic import EECEMeter, UncertaintyMeter
 
-__all__ = ["evaluate_chunked", "open_memmap"]
+__all__ = [
+    "MemberRows",
+    "canonical_order_chunked",
+    "eece_result",
+    "evaluate_chunked",
+    "fit_centroids_chunked",
+    "metric_meters",
+    "open_memmap",
+]
 
 _F64 = torch.float64
+#: Pages read from a memory-mapped file are dropped from the resident set after this many bytes.
+_RELEASE_BYTES = 64 << 20
 
 
 def open_memmap(path: str | os.PathLike) -> np.ndarray:
@@ -75,24 +93,231 @@ def _release(array: Any) -> None:
         handle.madvise(mmap.MADV_DONTNEED)
 
 
-class _ClassColumns:
-    """Duck-typed ``[N, M]`` float64 member vectors of class ``k``, read from the array on
-    indexing (what the K-means fit needs: ``shape``, ``device``, ``dtype``, ``x[rows]``,
-    ``x[a:b]``)."""
+class MemberRows:
+    """Validated float64 member probabilities ``[M, b, K]`` read from an array on demand.
 
-    def __init__(self, source: Any, k: int, n: int, n_members: int, logits: bool) -> None:
-        self.source, self.k, self.logits = source, k, logits
-        self.shape = torch.Size([n, n_members])
+    Each read converts the rows to float64 (big-endian data included), applies the softmax with
+    ``from_logits`` and checks them exactly as the in-memory loader does (float16 rows against
+    the half-precision tolerance, then renormalised in float64). ``on_simplex`` records whether
+    every row read so far already lay on the simplex (the "logits look like probabilities"
+    warning of ``--logits``).
+
+    Args:
+        source: ``[M, N, K]`` or ``[N, K]`` array (typically :func:`open_memmap`).
+        from_logits: the array holds logits.
+        name, fn: the argument and function named in error messages.
+    """
+
+    def __init__(self, source: Any, *, from_logits: bool, name: str, fn: str) -> None:
+        shape = tuple(getattr(source, "shape", ()))
+        if len(shape) not in (2, 3) or 0 in shape:
+            raise ValueError(
+                f"{fn}: `{name}` must be an array [M, N, K] or [N, K] (got shape {shape})"
+            )
+        dtype = np.dtype(getattr(source, "dtype", np.float64))
+        if dtype.kind not in "fiu":
+            raise ValueError(
+                f"{fn}: `{name}` must hold probabilities or logits (got dtype {dtype})"
+            )
+        self.source = source if len(shape) == 3 else source[None]
+        self.m, self.n, self.k = (int(s) for s in self.source.shape)
+        if self.k < 2:
+            raise ValueError(f"{fn}: `{name}` must have at least 2 classes (got shape {shape})")
+        self.from_logits = check_bool(from_logits, "from_logits", fn)
+        self.name, self.fn = name, fn
+        self.half = dtype == np.float16
+        self.on_simplex = True
+        self._unreleased = 0
+
+    def _convert(self, raw: np.ndarray) -> torch.Tensor:
+        t = torch.from_numpy(np.array(raw, dtype=np.float64))
+        self._unreleased += t.numel() * 8
+        name, fn = self.name, self.fn
+        if self.from_logits:
+            if self.on_simplex:
+                self.on_simplex = _on_simplex(t, 1e-2 if self.half else SUM_TOLERANCE)
+            return torch.softmax(as_logits(t, name, fn, ndim=3, min_classes=2), dim=-1)
+        source = torch.float16 if self.half else None
+        p = as_member_stack(t, name, fn, source_dtype=source)
+        return p / p.sum(-1, keepdim=True) if self.half else p
+
+    def slice(self, start: int, stop: int) -> torch.Tensor:
+        """Rows ``start:stop`` as ``[M, b, K]`` float64 probabilities."""
+        return self._convert(self.source[:, start:stop])
+
+    def take(self, rows: Any) -> torch.Tensor:
+        """Rows ``rows`` (distinct indices) in that order, read in ascending order."""
+        rows = np.asarray(rows, dtype=np.int64)
+        order = np.argsort(rows, kind="stable")
+        p = self._convert(self.source[:, rows[order]])
+        out = torch.empty_like(p)
+        out[:, torch.from_numpy(order)] = p
+        return out
+
+    def release(self, force: bool = False) -> None:
+        """Drop the file pages read so far from the resident set (after every 64 MiB read)."""
+        if force or self._unreleased >= _RELEASE_BYTES:
+            self._unreleased = 0
+            _release(self.source)
+
+
+def _on_simplex(t: torch.Tensor, tolerance: float) -> bool:
+    """Every row in [0, 1], summing to 1 within ``tolerance`` (as the in-memory loader checks)."""
+    if not bool(torch.isfinite(t).all()) or float(t.min()) < 0.0 or float(t.max()) > 1.0:
+        return False
+    return float((t.sum(-1) - 1.0).abs().max()) <= tolerance
+
+
+def _part_blocks(
+    rows: MemberRows, positions: np.ndarray | None, block: int
+) -> Iterator[torch.Tensor]:
+    """The evaluated part (``positions``, in that order; ``None``: every row) block by block."""
+    n_part = rows.n if positions is None else len(positions)
+    for start in range(0, n_part, block):
+        if positions is None:
+            yield rows.slice(start, start + block)
+        else:
+            yield rows.take(positions[start : start + block])
+        rows.release()
+
+
+def canonical_order_chunked(
+    rows: MemberRows, positions: np.ndarray | None = None, *, block: int = 65_536
+) -> torch.Tensor | None:
+    """The EECE's canonical member order of the part ``positions`` (in that order), read block
+    by block: members are sorted by the bytes of their whole flattened float64 prediction array
+    (:func:`~bensemble.metrics._epistemic_checks.canonical_member_order`). A byte-wise order is
+    lexicographic, so each block only sorts the members still tied (bit-identical so far); the
+    reading stops once no two are tied. ``None`` when the members are already in that order."""
+    if rows.m < 2:
+        return None
+    groups = [np.arange(rows.m)]
+    for p in _part_blocks(rows, positions, block):
+        if all(len(g) == 1 for g in groups):
+            break
+        flat = np.ascontiguousarray(p.reshape(rows.m, -1).numpy())
+        width = np.dtype((np.void, flat.shape[1] * flat.itemsize))
+        refined = []
+        for group in groups:
+            if len(group) == 1:
+                refined.append(group)
+                continue
+            keys = flat[group].view(width).ravel()
+            group = group[np.argsort(keys, kind="stable")]  # stable: ties keep their order
+            raw = flat[group].view(np.uint8)
+            start = 0
+            for i in range(1, len(group) + 1):
+                if i == len(group) or not np.array_equal(raw[i], raw[start]):
+                    refined.append(group[start:i])
+                    start = i
+        groups = refined
+    order = np.concatenate(groups)
+    return None if np.array_equal(order, np.arange(rows.m)) else torch.from_numpy(order)
+
+
+class _ClassColumns:
+    """Duck-typed ``[n, M]`` float64 member vectors of class ``k`` of the part ``positions``,
+    read from the array on indexing, ``block`` rows per read (what the K-means fit needs:
+    ``shape``, ``device``, ``dtype``, ``x[rows]``, ``x[a:b]``). ``x[rows]`` follows the part's
+    order, as the in-memory fit does; ``x[a:b]`` (the refinement passes, which sum over every
+    row) walks the part in file order (``ascending``), so each read is one contiguous range."""
+
+    def __init__(self, rows: MemberRows, k: int, positions, ascending, order, block) -> None:
+        self.rows, self.k, self.order, self.block = rows, k, order, block
+        self.positions, self.ascending = positions, ascending
+        n = rows.n if positions is None else len(positions)
+        self.shape = torch.Size([n, rows.m])
         self.device = torch.device("cpu")
         self.dtype = _F64
 
     def __getitem__(self, index: Any) -> torch.Tensor:
-        if isinstance(index, torch.Tensor):
-            index = index.numpy()
-        block = torch.from_numpy(np.array(self.source[:, index, :], dtype=np.float64))
-        if self.logits:
-            block = torch.softmax(block, dim=-1)
-        return block[:, :, self.k].T.contiguous()
+        if isinstance(index, slice):
+            start, stop, _ = index.indices(self.shape[0])
+            if self.ascending is None:
+                spans = [(a, min(a + self.block, stop)) for a in range(start, stop, self.block)]
+                return self._columns(self.rows.slice(a, b) for a, b in spans)
+            wanted = self.ascending[start:stop]
+        else:
+            index = np.asarray(index)
+            wanted = index if self.positions is None else self.positions[index]
+        parts = range(0, len(wanted), self.block)
+        return self._columns(self.rows.take(wanted[a : a + self.block]) for a in parts)
+
+    def _columns(self, blocks) -> torch.Tensor:
+        out = []
+        for p in blocks:
+            self.rows.release()
+            p = p if self.order is None else p[self.order]
+            out.append(p[:, :, self.k].T.contiguous())  # a copy: the block is freed now
+        return torch.cat(out) if out else torch.empty(0, self.rows.m, dtype=_F64)
+
+
+def fit_centroids_chunked(
+    rows: MemberRows,
+    n_bins: int,
+    seeds: list[int],
+    *,
+    positions: np.ndarray | None = None,
+    order: torch.Tensor | None = None,
+    block: int = 65_536,
+    progress: bool = False,
+) -> list[list[torch.Tensor]]:
+    """Per seed, the per-class K-means centroids exactly as the in-memory classwise EECE fits
+    them on the part ``positions`` (same seed, same subsample rows; refinement and assignment
+    streamed over the array, ``block`` rows per read; members in ``order``)."""
+    n_part = rows.n if positions is None else len(positions)
+    ascending = None if positions is None else np.sort(positions)  # shared by every class
+    total = rows.k * len(seeds)
+    with _progress.progress(total=total, enabled=progress, desc="EECE K-means", unit="fits") as bar:
+
+        def one(c: int) -> list[torch.Tensor]:
+            x: Any = _ClassColumns(rows, c, positions, ascending, order, block)
+            if n_part <= DEFAULT_SUBSAMPLE:
+                x = x[np.arange(n_part)]
+            out = []
+            for s in seeds:
+                fit = _fit(x, n_bins, seed=s, subsample=DEFAULT_SUBSAMPLE, refine=DEFAULT_REFINE)
+                out.append(fit.centroids)
+                bar.update(1)
+            return out
+
+        per_class = map_classes(one, rows.k)
+    return [[per_class[c][i] for c in range(rows.k)] for i in range(len(seeds))]
+
+
+def eece_result(meters: list[EECEMeter], seeds: list[int], n_bins: int, n: int) -> dict[str, Any]:
+    """``eece`` (mean over seeds), ``eece_sd``, ``eece_seeds``, ``eece_bins`` and
+    ``eece_bins_fitted`` as the in-memory EECE details report them, with its occupancy warning."""
+    values = [m.compute() for m in meters]
+    counts = meters[0].state["counts"]
+    k = len(meters[0].centroids)
+    fitted = int((counts.view(k, -1) > 0).sum(dim=1).max())
+    if n / fitted < WARN_OCCUPANCY:
+        warnings.warn(
+            f"expected_epistemic_calibration_error: bins hold fewer than {WARN_OCCUPANCY} "
+            "points on average (N / details.n_bins_fitted); the per-bin errors are "
+            "noise-dominated - use fewer bins (n_bins='auto') or more points",
+            UserWarning,
+            stacklevel=2,
+        )
+    return {
+        "eece": values[0] if len(values) == 1 else statistics.fmean(values),
+        "eece_sd": statistics.stdev(values) if len(values) > 1 else None,
+        "eece_seeds": len(seeds),
+        "eece_bins": n_bins,
+        "eece_bins_fitted": fitted,
+    }
+
+
+def metric_meters(k: int, n_bins: int) -> dict[str, Any]:
+    """The streaming meters behind one row of ``bensemble evaluate``'s metrics table."""
+    return {
+        "accuracy": AccuracyMeter(k),
+        "nll": NLLMeter(num_classes=k),
+        "brier": BrierMeter(k),
+        "ece": CalibrationErrorMeter(n_bins, num_classes=k),
+        "classwise_ece": ClasswiseCalibrationErrorMeter(k, n_bins),
+    }
 
 
 def evaluate_chunked(
@@ -101,6 +326,7 @@ def evaluate_chunked(
     *,
     n_bins: int = 15,
     eece_bins: int | str = "auto",
+    eece_seeds: int = 1,
     seed: int = 0,
     chunk_size: int = 65_536,
     from_logits: bool = False,
@@ -116,6 +342,7 @@ def evaluate_chunked(
         eece_bins: K-means bins of the EECE (``M > 1``): ``"auto"`` (the default of
             ``bensemble evaluate``, :func:`~bensemble.metrics.epistemic.auto_n_bins` of ``N``) or
             an integer.
+        eece_seeds: K-means seeds ``seed, ..., seed + eece_seeds - 1`` the EECE averages.
         seed: the EECE's K-means seed (as ``evaluate_predictions``' ``seed``).
         chunk_size: samples per chunk.
         from_logits: the array holds logits (softmax per chunk, in float64).
@@ -123,64 +350,46 @@ def evaluate_chunked(
 
     Returns:
         ``{"n", "accuracy", "nll", "brier", "ece", "classwise_ece"}``, and for ``M > 1`` also
-        ``"mean_total"``, ``"mean_aleatoric"``, ``"mean_epistemic"``, ``"eece"``.
+        ``"mean_total"``, ``"mean_aleatoric"``, ``"mean_epistemic"``, ``"eece"``, ``"eece_sd"``,
+        ``"eece_seeds"``, ``"eece_bins"``, ``"eece_bins_fitted"``.
     """
     fn = "evaluate_chunked"
     chunk_size = check_positive_int(chunk_size, "chunk_size", fn)
-    logits = check_bool(from_logits, "from_logits", fn)
-    shape = tuple(getattr(member_probs, "shape", ()))
-    if len(shape) not in (2, 3) or 0 in shape:
-        raise ValueError(
-            f"{fn}: `member_probs` must be an array [M, N, K] or [N, K] (got shape {shape})"
-        )
-    source = member_probs if len(shape) == 3 else member_probs[None]
-    m, n, k = (int(s) for s in source.shape)
-    y = as_labels(labels, "labels", fn, n=n, num_classes=k)
-    meters = {
-        "accuracy": AccuracyMeter(k),
-        "nll": NLLMeter(num_classes=k),
-        "brier": BrierMeter(k),
-        "ece": CalibrationErrorMeter(n_bins, num_classes=k),
-        "classwise_ece": ClasswiseCalibrationErrorMeter(k, n_bins),
-    }
-    uncertainty = UncertaintyMeter() if m > 1 else None
-    eece = None
-    if m > 1:
-        bins = auto_n_bins(n) if eece_bins == "auto" else check_n_bins(eece_bins, fn, "eece_bins")
-        eece = EECEMeter(_fit_centroids(source, n, m, k, bins, seed, logits))
+    eece_seeds = check_positive_int(eece_seeds, "eece_seeds", fn)
     enabled = True if progress is None else check_bool(progress, "progress", fn)
+    rows = MemberRows(member_probs, from_logits=from_logits, name="member_probs", fn=fn)
+    m, n, k = rows.m, rows.n, rows.k
+    y = as_labels(labels, "labels", fn, n=n, num_classes=k)
+    meters = metric_meters(k, n_bins)
+    uncertainty, order, eece, seeds, bins = None, None, [], [], 0
+    if m > 1:
+        bins = resolve_n_bins(eece_bins, n, fn)
+        first = resolve_seed(None, seed, fn)
+        seeds = [(first + i) % 2**63 for i in range(eece_seeds)]
+        uncertainty = UncertaintyMeter()
+        order = canonical_order_chunked(rows, block=chunk_size)
+        fits = fit_centroids_chunked(
+            rows, bins, seeds, order=order, block=chunk_size, progress=enabled
+        )
+        eece = [EECEMeter(c) for c in fits]
     with _progress.progress(total=n, enabled=enabled, desc=fn, unit="rows") as bar:
         for start in range(0, n, chunk_size):
-            raw = torch.from_numpy(
-                np.array(source[:, start : start + chunk_size], dtype=np.float64)
-            )
-            p = as_member_stack(raw, "member_probs", fn, from_logits=logits)
+            p = rows.slice(start, start + chunk_size)
             yb = y[start : start + chunk_size]
             mean = p.mean(0)
             for meter in meters.values():
                 meter.update(mean, yb)
             if m > 1:
                 uncertainty.update(p)
-                eece.update(p, yb)
+                p_eece = p if order is None else p[order]
+                for meter in eece:
+                    meter.update(p_eece, yb)
             bar.update(int(yb.shape[0]))
-            _release(source)
+            rows.release()
+    rows.release(force=True)
     out: dict[str, Any] = {"n": n}
     out.update({name: meter.compute() for name, meter in meters.items()})
     if m > 1:
         out.update({f"mean_{key}": v for key, v in uncertainty.compute().items()})
-        out["eece"] = eece.compute()
+        out.update(eece_result(eece, seeds, bins, n))
     return out
-
-
-def _fit_centroids(source, n, m, k, n_bins, seed, logits) -> list[torch.Tensor]:
-    """Per-class K-means exactly as the in-memory classwise EECE fits them (same seed, same
-    subsample rows, refinement and final assignment streamed over the array)."""
-
-    def one(c: int) -> torch.Tensor:
-        x = _ClassColumns(source, c, n, m, logits)
-        if n <= DEFAULT_SUBSAMPLE:
-            x = x[torch.arange(n)]
-        fit = _fit(x, n_bins, seed=seed, subsample=DEFAULT_SUBSAMPLE, refine=DEFAULT_REFINE)
-        return fit.centroids
-
-    return map_classes(one, k)
