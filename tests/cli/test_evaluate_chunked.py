@@ -13,7 +13,8 @@ import torch
 
 import bensemble.metrics.streaming_eval as se
 from bensemble.app.evaluate import evaluate_predictions
-from bensemble.app.evaluate_stream import evaluate_memmap, planned_files_chunked
+from bensemble.app.evaluate_memmap import evaluate_memmap
+from bensemble.app.evaluate_stream import planned_files_chunked
 from bensemble.cli import main
 from bensemble.metrics._epistemic_checks import canonical_member_order
 from bensemble.metrics.streaming_eval import MemberRows, canonical_order_chunked, open_memmap
