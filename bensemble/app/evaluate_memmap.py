@@ -11,7 +11,7 @@
   file) and fitted exactly as in memory; the test part is streamed: unscaled and
   temperature-scaled metrics (``log p / T`` per chunk) and conformal coverage / set size as
   additive sums. Randomised APS / RAPS sets get the uniforms the in-memory ``predict_set`` draws
-  for each test sample (one float64 per test sample is held for that).
+  for each test sample (held as one float64 per sample).
 
 Besides the chunk, memory holds the labels and, with a split, one boolean per sample and the
 test indices. The report folder holds the same tables and ``summary.json`` as in memory; the
@@ -58,9 +58,21 @@ def evaluate_memmap(
     from_logits: bool = False,
     progress: bool | None = None,
     name: str = "member_probs",
+    source: str | None = None,
 ) -> Evaluation:
     """:func:`~bensemble.app.evaluate.evaluate_predictions` of an ``[M, N, K]`` (or ``[N, K]``)
     array read ``chunk_size`` samples at a time (module docstring).
+
+    Args:
+        member_probs: ``[M, N, K]`` or ``[N, K]`` array, typically
+            :func:`~bensemble.metrics.streaming_eval.open_memmap` of a ``.npy`` file.
+        labels: ``[N]`` integer labels (held in memory).
+        calibration_split, alpha, n_bins, eece_bins, eece_seeds, conformal_score, seed: as in
+            :func:`~bensemble.app.evaluate.evaluate_predictions`.
+        chunk_size: samples per read.
+        from_logits: the array holds logits (softmax per chunk, in float64).
+        progress: tqdm bars (``None``: only on a terminal).
+        name, source: the argument and the file named in messages about the predictions.
 
     Returns:
         An :class:`~bensemble.app.evaluate.Evaluation` with the same ``setup``, ``metrics``,
@@ -68,7 +80,8 @@ def evaluate_memmap(
         ``member_probs``, ...) and ``eece_details`` are ``None``.
     """
     fn = "evaluate_predictions"
-    rows = MemberRows(member_probs, from_logits=from_logits, name=name, fn=fn)
+    where = fn if source is None else source
+    rows = MemberRows(member_probs, from_logits=from_logits, name=name, fn=where)
     m, n, k = rows.m, rows.n, rows.k
     y = V.as_labels(labels, "labels", fn, n=n, num_classes=k)
     alpha = V.check_probability(alpha, "alpha", fn)
@@ -138,7 +151,7 @@ def evaluate_memmap(
                     meter.update(p_eece, yb)
     rows.release(force=True)
     if rows.from_logits and rows.on_simplex:
-        warnings.warn(_SIMPLEX_WARNING.format(name=name, fn=fn), UserWarning, stacklevel=2)
+        warnings.warn(_SIMPLEX_WARNING.format(name=name, fn=where), UserWarning, stacklevel=2)
 
     part = "all" if split is None else "test"
     metrics = [{"stage": "unscaled", "part": part, "n": n_part}]

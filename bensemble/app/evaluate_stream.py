@@ -148,6 +148,7 @@ def _evaluate_args(args: argparse.Namespace, fn: str, out: Path | None) -> Evalu
         chunk_size=args.chunk_size,
         from_logits=args.logits,
         name="predictions",
+        source=str(split_key(args.predictions)[0]),
     )
 
 

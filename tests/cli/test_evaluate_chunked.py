@@ -293,3 +293,14 @@ def test_members_options_and_float16(tmp_path, capsys):
         got["inputs"].pop("chunk_size")
         assert_same(got, want, name)
         assert math.isfinite(got["ensemble"]["eece"])
+
+
+def test_probabilities_passed_as_logits_warn_as_in_memory(tmp_path, capsys):
+    z, y = _data(2, n=30)
+    pred = _save(tmp_path, torch.softmax(z, -1).numpy())
+    lab = _save(tmp_path, y.numpy(), "labels.npy")
+    argv = [pred, "--labels", lab, "--logits", "--json"]
+    code, _, want = _run(argv, capsys)
+    assert code == 0 and "already lie on the probability simplex" in want
+    code, _, got = _run([*argv, "--chunk-size", "7"], capsys)
+    assert code == 0 and got.splitlines() == want.splitlines()
