@@ -14,13 +14,14 @@
   for each test sample (held as one float64 per sample).
 
 Besides the chunk, memory holds the labels and, with a split, one boolean per sample and the
-test indices. The report folder holds the same tables and ``summary.json`` as in memory; the
-figures (reliability diagrams) are not drawn, since they need every prediction in memory.
+test indices. The figures of the report come from the streamed sums: the reliability diagrams
+from the ECE's per-bin sums, the epistemic reliability diagram from the EECE's.
 """
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -40,7 +41,7 @@ from bensemble.metrics.streaming_eval import (
     metric_meters,
 )
 
-__all__ = ["evaluate_memmap"]
+__all__ = ["ChunkedEvaluation", "evaluate_memmap"]
 
 
 def evaluate_memmap(
@@ -59,7 +60,7 @@ def evaluate_memmap(
     progress: bool | None = None,
     name: str = "member_probs",
     source: str | None = None,
-) -> Evaluation:
+) -> ChunkedEvaluation:
     """:func:`~bensemble.app.evaluate.evaluate_predictions` of an ``[M, N, K]`` (or ``[N, K]``)
     array read ``chunk_size`` samples at a time (module docstring).
 
@@ -75,9 +76,8 @@ def evaluate_memmap(
         name, source: the argument and the file named in messages about the predictions.
 
     Returns:
-        An :class:`~bensemble.app.evaluate.Evaluation` with the same ``setup``, ``metrics``,
-        ``ensemble``, ``conformal`` and ``temperature``; its tensors (``probs``,
-        ``member_probs``, ...) and ``eece_details`` are ``None``.
+        A :class:`ChunkedEvaluation` with the same ``setup``, ``metrics``, ``ensemble``,
+        ``conformal`` and ``temperature`` as the in-memory :class:`Evaluation`.
     """
     fn = "evaluate_predictions"
     where = fn if source is None else source
@@ -163,12 +163,16 @@ def evaluate_memmap(
         row.update({key: meter.compute() for key, meter in scaled.items()})
         metrics.append(row)
         conformal = split.conformal(len(conf_idx), n_part)
-    ensemble = None
+    ensemble, details = None, None
     if m > 1:
         ensemble = {"members": m}
         ensemble.update({f"mean_{key}": v for key, v in uncertainty.compute().items()})
         ensemble.update(eece_result(eece, seeds, bins, n_part))
-    return Evaluation(
+        details = ensemble.pop("details")
+    reliability = {"reliability": unscaled["ece"].bins}
+    if split is not None:
+        reliability["reliability_scaled"] = scaled["ece"].bins
+    return ChunkedEvaluation(
         setup=setup,
         metrics=metrics,
         ensemble=ensemble,
@@ -178,7 +182,20 @@ def evaluate_memmap(
         scaled_probs=None,
         member_probs=None,
         labels=None,
+        eece_details=details,
+        reliability_bins=reliability,
     )
+
+
+@dataclass
+class ChunkedEvaluation(Evaluation):
+    """An :class:`~bensemble.app.evaluate.Evaluation` without the per-sample tensors
+    (``probs``, ``scaled_probs``, ``member_probs`` and ``labels`` are ``None``); the figures come
+    from the streamed sums instead: ``reliability_bins`` (the top-label ECE's
+    :class:`~bensemble.metrics.CalibrationBins`, ``"reliability"`` and with a split
+    ``"reliability_scaled"``) and ``eece_details`` (rebuilt from the EECE's per-bin sums)."""
+
+    reliability_bins: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
 _SIMPLEX_WARNING = (

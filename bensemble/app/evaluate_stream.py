@@ -5,8 +5,8 @@
 ``.npy`` file (opened memory-mapped; any other format exits 2 with one line), the labels may be
 any format :func:`~bensemble.io.load_labels` reads, and the numbers come from
 :func:`~bensemble.app.evaluate_memmap.evaluate_memmap`. Exit status, messages and ``--json`` are
-those of ``run_evaluate``; the report folder holds the same tables and ``summary.json`` without
-the figures (``summary.json`` says so under ``notes``).
+those of ``run_evaluate``; the report folder holds the same files as in memory: the tables,
+``summary.json`` and the figures, drawn from the streamed per-bin sums.
 """
 
 from __future__ import annotations
@@ -33,20 +33,18 @@ from bensemble.app.evaluate import (
     _print_warnings,
     planned_files,
 )
-from bensemble.app.evaluate_memmap import evaluate_memmap
+from bensemble.app.evaluate_memmap import ChunkedEvaluation, evaluate_memmap
 from bensemble.app.report import Report, environment, to_json
 from bensemble.io import InputError, load_labels, split_key
 
 __all__ = [
     "add_chunk_size_argument",
     "evaluate_memmap",
-    "planned_files_chunked",
     "run_evaluate_chunked",
 ]
 
 #: Options of ``bensemble evaluate`` that need every sample in memory (refused with --chunk-size).
 NOT_STREAMED = (("bootstrap", "--bootstrap"),)
-FIGURES_NOTE = "figures are not drawn with --chunk-size (they need every prediction in memory)"
 
 
 def _chunk_size_option(value: str) -> int:
@@ -73,11 +71,6 @@ def add_chunk_size_argument(parser: argparse.ArgumentParser) -> None:
 
 
 # ----------------------------------------------------------------------------- command line
-def planned_files_chunked(*, ensemble: bool, split: bool) -> list[str]:
-    """The report files of ``--chunk-size``: those of the in-memory run without the figures."""
-    return [f for f in planned_files(ensemble=ensemble, split=split) if not f.endswith(".png")]
-
-
 def _open_predictions(args: argparse.Namespace, fn: str) -> Any:
     """The memory-mapped ``[M, N, K]`` (or ``[N, K]``) array of ``args.predictions``."""
     file, key = split_key(args.predictions)
@@ -133,7 +126,7 @@ def _evaluate_args(args: argparse.Namespace, fn: str, out: Path | None) -> Evalu
     if out is not None:
         inputs = [split_key(args.predictions)[0], split_key(args.labels)[0]]
         ensemble = array.ndim == 3 and array.shape[0] > 1
-        files = planned_files_chunked(ensemble=ensemble, split=args.calibration_split is not None)
+        files = planned_files(ensemble=ensemble, split=args.calibration_split is not None)
         _check_out(out, inputs, files, args.overwrite)
     return evaluate_memmap(
         array,
@@ -152,24 +145,77 @@ def _evaluate_args(args: argparse.Namespace, fn: str, out: Path | None) -> Evalu
     )
 
 
-def write_tables(ev: Evaluation, out: Path, *, extra: dict, overwrite: bool) -> Report:
-    """The tables and ``summary.json`` of ``ev`` (as the in-memory report, without figures)."""
+def _figures(ev: ChunkedEvaluation) -> tuple[dict[str, Any], list[str]]:
+    """The report's figures from the streamed sums, drawn in memory; as the in-memory report,
+    a figure that fails to draw is left out and named in the second item."""
+    import matplotlib.pyplot as plt
+
+    from bensemble import plots
+
+    def reliability(bins: Any, name: str | None) -> Any:
+        lower, upper = plots.wilson_interval(bins.sum_correct, bins.counts, 0.95)
+        return plots.ReliabilityDisplay(bins, lower, upper, name=name).plot().figure_
+
+    bins = ev.reliability_bins
+    makers: dict[str, Any] = {}
+    if ev.temperature is None:
+        makers["reliability"] = lambda: reliability(bins["reliability"], None)
+    else:
+        scaled = f"T = {ev.temperature:.3f}"
+        makers["reliability"] = lambda: reliability(bins["reliability"], "unscaled")
+        makers["reliability_scaled"] = lambda: reliability(bins["reliability_scaled"], scaled)
+    if ev.eece_details is not None:
+        details = ev.eece_details
+        makers["epistemic_reliability"] = lambda: (
+            plots.EpistemicReliabilityDisplay.from_details(details, name="ensemble").plot().figure_
+        )
+    figs: dict[str, Any] = {}
+    problems: list[str] = []
+    for name, make in makers.items():
+        before = set(plt.get_fignums())
+        try:
+            figs[name] = make()
+        except Exception as exc:  # noqa: BLE001 - a figure must not cost the user the numbers
+            for number in set(plt.get_fignums()) - before:
+                plt.close(number)
+            problems.append(
+                f"{name}.png left out ({type(exc).__name__}: {' '.join(str(exc).split())})"
+            )
+    return figs, problems
+
+
+def write_report(ev: ChunkedEvaluation, out: Path, *, extra: dict, overwrite: bool) -> Report:
+    """The tables, ``summary.json`` and figures of ``ev``: the files of the in-memory report
+    (the figures drawn from the streamed per-bin sums)."""
     report = Report(out, staged=True, overwrite=overwrite)
+    figs, problems = _figures(ev)
+    report.problems = problems
     try:
         for name, title, rows in ev.tables():
             report.add_table(name, rows, title=title)
         summary = ev.to_dict()
         summary.update(extra)
         split = ev.temperature is not None
-        summary["files"] = planned_files_chunked(ensemble=ev.ensemble is not None, split=split)
-        summary["problems"] = []
-        summary["notes"] = [FIGURES_NOTE]
+        summary["files"] = [
+            f
+            for f in planned_files(ensemble=ev.ensemble is not None, split=split)
+            if not f.endswith(".png") or f[:-4] in figs
+        ]
+        summary["problems"] = problems
         summary["versions"] = environment()
         report.add_json("summary", summary)
+        for name in list(figs):
+            report.add_figure(name, figs.pop(name))
         report.commit()
     except BaseException:
         report.discard()
         raise
+    finally:
+        if figs:
+            import matplotlib.pyplot as plt
+
+            for fig in figs.values():
+                plt.close(fig)
     return report
 
 
@@ -195,13 +241,15 @@ def run_evaluate_chunked(args: argparse.Namespace) -> int:
     report = None
     if out is not None:
         try:
-            report = write_tables(ev, out, extra=extra, overwrite=args.overwrite)
+            report = write_report(ev, out, extra=extra, overwrite=args.overwrite)
         except (OSError, ValueError) as exc:
             print(
                 f"{PROG}: error: could not write the report to {out}: {_one_line(exc)}",
                 file=sys.stderr,
             )
             return 1
+        for problem in report.problems:
+            print(f"{PROG}: warning: {problem}", file=sys.stderr)
     if args.json:
         payload = ev.to_dict()
         payload.update(extra)
@@ -210,11 +258,11 @@ def run_evaluate_chunked(args: argparse.Namespace) -> int:
             payload["report"] = {
                 "out": str(out),
                 "files": [str(f) for f in report.files],
-                "problems": [],
+                "problems": list(report.problems),
             }
         print(to_json(payload))
         return 0
     _print_tables(ev)
     if report is not None:
-        print(f"\nreport: {len(report.files)} files in {out}{os.sep} ({FIGURES_NOTE})")
+        print(f"\nreport: {len(report.files)} files in {out}{os.sep}")
     return 0

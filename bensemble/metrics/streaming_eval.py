@@ -287,11 +287,17 @@ def fit_centroids_chunked(
 
 def eece_result(meters: list[EECEMeter], seeds: list[int], n_bins: int, n: int) -> dict[str, Any]:
     """``eece`` (mean over seeds), ``eece_sd``, ``eece_seeds``, ``eece_bins`` and
-    ``eece_bins_fitted`` as the in-memory EECE details report them, with its occupancy warning."""
+    ``eece_bins_fitted`` as the in-memory EECE details report them, with its occupancy warning,
+    and under ``"details"`` the :class:`~bensemble.metrics.epistemic.EECEDetails` of the first
+    seed's partition (what the epistemic reliability diagram draws)."""
+    from bensemble.metrics.epistemic import EECEDetails, _eece_compute
+
     values = [m.compute() for m in meters]
-    counts = meters[0].state["counts"]
+    state = meters[0].state
     k = len(meters[0].centroids)
-    fitted = int((counts.view(k, -1) > 0).sum(dim=1).max())
+    stats = _eece_compute(state["counts"], state["sum_y"], state["sum_eu"], state["sum_p"])
+    weighted = stats.pop("weighted").view(k, -1)
+    fitted = int((state["counts"].view(k, -1) > 0).sum(dim=1).max())
     if n / fitted < WARN_OCCUPANCY:
         warnings.warn(
             f"expected_epistemic_calibration_error: bins hold fewer than {WARN_OCCUPANCY} "
@@ -300,12 +306,28 @@ def eece_result(meters: list[EECEMeter], seeds: list[int], n_bins: int, n: int) 
             UserWarning,
             stacklevel=2,
         )
+    value = values[0] if len(values) == 1 else statistics.fmean(values)
+    sd = statistics.stdev(values) if len(values) > 1 else None
+    details = EECEDetails(
+        value=value,
+        **{key: v.view(k, -1) for key, v in stats.items()},
+        per_class=weighted.sum(dim=1) / n,
+        binning="kmeans",
+        backend="torch",
+        seed=seeds[0],
+        n_bins=n_bins,
+        n_bins_fitted=fitted,
+        seeds=tuple(seeds),
+        seed_values=tuple(values),
+        seed_sd=sd,
+    )
     return {
-        "eece": values[0] if len(values) == 1 else statistics.fmean(values),
-        "eece_sd": statistics.stdev(values) if len(values) > 1 else None,
+        "eece": value,
+        "eece_sd": sd,
         "eece_seeds": len(seeds),
         "eece_bins": n_bins,
         "eece_bins_fitted": fitted,
+        "details": details,
     }
 
 
@@ -391,5 +413,7 @@ def evaluate_chunked(
     out.update({name: meter.compute() for name, meter in meters.items()})
     if m > 1:
         out.update({f"mean_{key}": v for key, v in uncertainty.compute().items()})
-        out.update(eece_result(eece, seeds, bins, n))
+        result = eece_result(eece, seeds, bins, n)
+        result.pop("details")
+        out.update(result)
     return out

@@ -12,9 +12,8 @@ import pytest
 import torch
 
 import bensemble.metrics.streaming_eval as se
-from bensemble.app.evaluate import evaluate_predictions
+from bensemble.app.evaluate import evaluate_predictions, planned_files
 from bensemble.app.evaluate_memmap import evaluate_memmap
-from bensemble.app.evaluate_stream import planned_files_chunked
 from bensemble.cli import main
 from bensemble.metrics._epistemic_checks import canonical_member_order
 from bensemble.metrics.streaming_eval import MemberRows, canonical_order_chunked, open_memmap
@@ -69,6 +68,34 @@ def test_chunked_equals_in_memory(tmp_path, m, logits, split, chunk):
     got = evaluate_memmap(arr, y, chunk_size=chunk, from_logits=logits, progress=False, **kw)
     assert_same(got.to_dict(), want.to_dict())
     assert [t[:2] for t in got.tables()] == [t[:2] for t in want.tables()]
+    _assert_same_figure_data(got, want)
+
+
+def _assert_same_figure_data(got, want):
+    """What the report's figures draw: the reliability bins and the EECE details."""
+    from bensemble.metrics import binned_calibration_stats
+
+    parts = {"reliability": want.probs}
+    if want.scaled_probs is not None:
+        parts["reliability_scaled"] = want.scaled_probs
+    assert set(got.reliability_bins) == set(parts)
+    for name, probs in parts.items():
+        conf, pred = probs.max(1)
+        ref = binned_calibration_stats(conf, pred == want.labels, 15, "uniform")
+        bins = got.reliability_bins[name]
+        for key in ("edges", "counts", "sum_confidence", "sum_correct"):
+            torch.testing.assert_close(getattr(bins, key), getattr(ref, key), rtol=REL, atol=1e-12)
+    if want.eece_details is None:
+        assert got.eece_details is None
+        return
+    a, b = got.eece_details, want.eece_details
+    for key in ("counts", "acc", "mean_delta", "member_variance", "trust", "squared_error"):
+        torch.testing.assert_close(
+            getattr(a, key), getattr(b, key), rtol=REL, atol=1e-13, equal_nan=True
+        )
+    torch.testing.assert_close(a.per_class, b.per_class, rtol=REL, atol=1e-13)
+    assert a.value == pytest.approx(b.value, rel=REL)
+    assert (a.n_bins, a.n_bins_fitted, a.seeds) == (b.n_bins, b.n_bins_fitted, b.seeds)
 
 
 @pytest.mark.parametrize("score", ["aps", "raps"])
@@ -203,13 +230,12 @@ def test_cli_json_and_report_match_the_in_memory_run(tmp_path, capsys, split):
         payload.pop("report")
     assert_same(got, want)
     files = sorted(p.name for p in (tmp_path / "chunked").iterdir())
-    ensemble, has_split = True, split is not None
-    assert files == sorted(planned_files_chunked(ensemble=ensemble, split=has_split))
+    assert files == sorted(p.name for p in (tmp_path / "mem").iterdir())
+    assert files == sorted(planned_files(ensemble=True, split=split is not None))
     summary = json.loads((tmp_path / "chunked" / "summary.json").read_text())
     reference = json.loads((tmp_path / "mem" / "summary.json").read_text())
-    for key in ("setup", "metrics", "ensemble", "conformal", "temperature"):
+    for key in ("setup", "metrics", "ensemble", "conformal", "temperature", "files", "problems"):
         assert_same(summary[key], reference[key], key)
-    assert "figures are not drawn" in summary["notes"][0]
 
 
 def test_cli_tables_without_json(tmp_path, capsys):
@@ -220,7 +246,10 @@ def test_cli_tables_without_json(tmp_path, capsys):
         [pred, "--labels", lab, "--chunk-size", "8", "--out", tmp_path / "r"], capsys
     )
     assert code == 0, err
-    assert "Ensemble-mean prediction (all samples)" in out and "figures are not drawn" in out
+    assert "Ensemble-mean prediction (all samples)" in out
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == sorted(
+        planned_files(ensemble=False, split=False)
+    )
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "x", "1.5"])
