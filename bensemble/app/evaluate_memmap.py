@@ -7,8 +7,9 @@
 * without a split: one pass over the file (plus the EECE's K-means passes,
   :mod:`bensemble.metrics.streaming_eval`);
 * with ``calibration_split``: the same :func:`~bensemble.app.evaluate.split_indices`; the
-  temperature and conformal calibration rows are gathered into memory (ascending reads from the
-  file) and fitted exactly as in memory; the test part is streamed: unscaled and
+  temperature and conformal calibration rows are gathered into memory as ensemble-mean
+  probabilities ``[n_cal, K]`` (ascending reads from the file, a chunk at a time) and fitted
+  exactly as in memory; the test part is streamed: unscaled and
   temperature-scaled metrics (``log p / T`` per chunk) and conformal coverage / set size as
   additive sums. Randomised APS / RAPS sets get the uniforms the in-memory ``predict_set`` draws
   for each test sample (held as one float64 per sample).
@@ -109,7 +110,9 @@ def evaluate_memmap(
         temp_idx, conf_idx, test = split_indices(n, calibration_split, seed=seed)
         setup.update(n_temperature=len(temp_idx), n_conformal=len(conf_idx), n_test=len(test))
         positions = test.numpy()
-        split = _Calibrated(rows, y, temp_idx, conf_idx, test, conformal_score, alpha, seed)
+        split = _Calibrated(
+            rows, y, temp_idx, conf_idx, test, conformal_score, alpha, seed, chunk_size
+        )
         setup["temperature_converged"] = split.converged
         setup["temperature_warning"] = split.warning
     n_part = n if positions is None else len(positions)
@@ -205,11 +208,20 @@ _SIMPLEX_WARNING = (
 )
 
 
+def _gathered_mean(rows, index: torch.Tensor, chunk: int) -> torch.Tensor:
+    """The member mean ``[n, K]`` of the rows ``index`` (in that order), ``chunk`` rows per read:
+    the calibration part is held as ensemble-mean probabilities, not ``M`` members."""
+    index = index.numpy()
+    parts = [rows.take(index[a : a + chunk]).mean(0) for a in range(0, len(index), chunk)]
+    rows.release()
+    return torch.cat(parts)
+
+
 class _Calibrated:
     """The calibration part fitted in memory (temperature, conformal threshold) and the
     streamed test-part sums of the scaled metrics and the conformal sets."""
 
-    def __init__(self, rows, y, temp_idx, conf_idx, test, score, alpha, seed) -> None:
+    def __init__(self, rows, y, temp_idx, conf_idx, test, score, alpha, seed, chunk) -> None:
         from bensemble.calibration import CalibrationFitError, TemperatureScaling
         from bensemble.conformal import SplitConformalClassifier
 
@@ -219,7 +231,7 @@ class _Calibrated:
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                scaler.fit(self._log_mean(rows.take(temp_idx.numpy()).mean(0)), y[temp_idx])
+                scaler.fit(self._log_mean(_gathered_mean(rows, temp_idx, chunk)), y[temp_idx])
         except CalibrationFitError as exc:
             raise ValueError(
                 f"{fn}: cannot fit a temperature on the calibration part ({exc})"
@@ -232,7 +244,7 @@ class _Calibrated:
         self.cp = SplitConformalClassifier(
             score, alpha=alpha, generator=torch.Generator().manual_seed(seed)
         )
-        self.cp.calibrate(self.scale(rows.take(conf_idx.numpy()).mean(0)), y[conf_idx])
+        self.cp.calibrate(self.scale(_gathered_mean(rows, conf_idx, chunk)), y[conf_idx])
         # the uniforms predict_set would draw for the test part, in test order, kept per row
         u = self.cp._uniforms(len(test), torch.device("cpu"))
         self.u = None

@@ -333,3 +333,19 @@ def test_probabilities_passed_as_logits_warn_as_in_memory(tmp_path, capsys):
     assert code == 0 and "already lie on the probability simplex" in want
     code, _, got = _run([*argv, "--chunk-size", "7"], capsys)
     assert code == 0 and got.splitlines() == want.splitlines()
+
+
+def test_options_needing_every_sample_are_refused_with_one_line(tmp_path, capsys):
+    """An option the chunked run cannot honour exactly (bootstrap intervals) is refused."""
+    from bensemble.app.evaluate_stream import run_evaluate_chunked
+    from bensemble.cli import _build_parser
+
+    z, y = _data(1, n=20)
+    pred = _save(tmp_path, torch.softmax(z[0], -1).numpy())
+    lab = _save(tmp_path, y.numpy(), "labels.npy")
+    argv = ["evaluate", str(pred), "--labels", str(lab), "--chunk-size", "4", "--json"]
+    args = _build_parser().parse_args(argv)
+    args.bootstrap = 200
+    assert run_evaluate_chunked(args) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(PROG) and "--bootstrap" in err[0]
