@@ -313,14 +313,17 @@ def main(argv: list[str] | None = None) -> int:
         r, n = bench_rss(10**6 if args.quick else 10**7, 1 if args.quick else args.repeats)
         results += r
         notes += n
+        print(_harness.format_table(r), *n, sep="\n", file=sys.stderr, flush=True)
     if args.only in (None, "ddp"):
         r, n = bench_ddp([10**5] if args.quick else [10**6, 4 * 10**6])
         results += r
         notes += n
+        print(_harness.format_table(r), *n, sep="\n", file=sys.stderr, flush=True)
     if args.only in (None, "evaluate"):
         r, n = bench_evaluate(2_000 if args.quick else 200_000)
         results += r
         notes += n
+        print(_harness.format_table(r), *n, sep="\n", file=sys.stderr, flush=True)
     if args.quick or args.only is not None:
         print(_harness.format_table(results))
         print("\n".join(notes))
