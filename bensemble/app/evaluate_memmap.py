@@ -33,6 +33,7 @@ from bensemble.app._options import check_seed
 from bensemble.app.evaluate import CONFORMAL_SCORES, PROG, Evaluation, split_indices
 from bensemble.metrics._epistemic_checks import resolve_n_bins
 from bensemble.metrics._kmeans import resolve_seed
+from bensemble.metrics._kmeans_batched import single_threaded
 from bensemble.metrics.streaming_epistemic import EECEMeter, UncertaintyMeter
 from bensemble.metrics.streaming_eval import (
     MemberRows,
@@ -131,7 +132,10 @@ def evaluate_memmap(
 
     unscaled = metric_meters(k, n_bins)
     scaled = metric_meters(k, n_bins) if split is not None else {}
-    with _progress.progress(total=n, enabled=enabled, desc=PROG, unit="rows") as bar:
+    # single-threaded kernels: a chunk is too small for intra-op threads, whose barriers stall on
+    # a busy machine (bench_streaming: 10x slower with 2 threads on a loaded 2-core machine)
+    bar = _progress.progress(total=n, enabled=enabled, desc=PROG, unit="rows")
+    with single_threaded(), bar:
         for start in range(0, n, chunk_size):
             p = rows.slice(start, start + chunk_size)
             rows.release()

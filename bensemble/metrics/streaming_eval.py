@@ -38,7 +38,7 @@ from bensemble._validation import as_labels, check_bool, check_positive_int
 from bensemble.metrics._chunked_rows import MemberRows, open_memmap
 from bensemble.metrics._epistemic_checks import WARN_OCCUPANCY, resolve_n_bins
 from bensemble.metrics._kmeans import DEFAULT_REFINE, DEFAULT_SUBSAMPLE, _fit, resolve_seed
-from bensemble.metrics._kmeans_batched import map_classes
+from bensemble.metrics._kmeans_batched import map_classes, single_threaded
 from bensemble.metrics.streaming import (
     AccuracyMeter,
     BrierMeter,
@@ -287,7 +287,10 @@ def evaluate_chunked(
             rows, bins, seeds, order=order, block=chunk_size, progress=enabled
         )
         eece = [EECEMeter(c) for c in fits]
-    with _progress.progress(total=n, enabled=enabled, desc=fn, unit="rows") as bar:
+    # single-threaded kernels: a chunk is too small for intra-op threads, whose barriers stall on
+    # a busy machine (bench_streaming: 10x slower with 2 threads on a loaded 2-core machine)
+    bar = _progress.progress(total=n, enabled=enabled, desc=fn, unit="rows")
+    with single_threaded(), bar:
         for start in range(0, n, chunk_size):
             p = rows.slice(start, start + chunk_size)
             yb = y[start : start + chunk_size]
