@@ -309,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         [
             f"torch threads: {torch.get_num_threads()}; load average at the start: {load} "
             f"({os.cpu_count()} CPUs); command: `python benchmarks/bench_streaming.py"
+            + (" --quick" if args.quick else "")
             + (f" --only {args.only}" if args.only else "")
             + "`"
         ],
