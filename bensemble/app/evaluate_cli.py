@@ -87,9 +87,10 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     p.add_argument(
         "--bootstrap",
         type=int,
-        default=DEFAULT_BOOTSTRAP,
+        default=None,
         metavar="B",
-        help=f"bootstrap replicates of the 95%% intervals ({DEFAULT_BOOTSTRAP}; 0: none)",
+        help=f"bootstrap replicates of the 95%% intervals ({DEFAULT_BOOTSTRAP}; 0: none; "
+        "not with --chunk-size, which reports no intervals)",
     )
     p.add_argument(
         "--members",
@@ -121,6 +122,9 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
         action="store_true",
         help="no per-stage timing lines (they appear on a terminal's stderr only)",
     )
+    from bensemble.app.evaluate_stream import add_chunk_size_argument
+
+    add_chunk_size_argument(p)
     return p
 
 
@@ -167,6 +171,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
     nothing is written.
     """
     fn = PROG
+    if getattr(args, "chunk_size", None) is not None:  # memory-mapped .npy, chunk by chunk
+        from bensemble.app.evaluate_stream import run_evaluate_chunked
+
+        return run_evaluate_chunked(args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -241,6 +249,8 @@ def _evaluate_args(args: argparse.Namespace, fn: str, out: Path | None) -> Evalu
     if args.calibration_split is not None:
         V.check_probability(args.calibration_split, "--calibration-split", fn)
     check_seed(args.seed, "--seed", fn)
+    if args.bootstrap is None:
+        args.bootstrap = DEFAULT_BOOTSTRAP
     check_bootstrap(args.bootstrap, "--bootstrap", fn)
     probs = load_predictions(
         args.predictions,

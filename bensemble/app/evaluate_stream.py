@@ -1,0 +1,279 @@
+"""``bensemble evaluate --chunk-size N``: the command line of the chunked evaluation.
+
+:func:`add_chunk_size_argument` adds the option to the ``evaluate`` parser and
+:func:`run_evaluate_chunked` runs the command when it is given: the predictions must be a
+``.npy`` file (opened memory-mapped; any other format exits 2 with one line), the labels may be
+any format :func:`~bensemble.io.load_labels` reads, and the numbers come from
+:func:`~bensemble.app.evaluate_memmap.evaluate_memmap`. Exit status, messages and ``--json`` are
+those of ``run_evaluate``; the report folder holds the same files as in memory: the tables,
+``summary.json`` and the figures, drawn from the streamed per-bin sums.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bensemble import _validation as V
+from bensemble.app._options import check_seed
+from bensemble.app.evaluate import Evaluation
+from bensemble.app.evaluate_cli import (
+    MAX_BINS,
+    PROG,
+    _check_out,
+    _one_line,
+    _out_folder,
+    _print_tables,
+    _print_warnings,
+)
+from bensemble.app.evaluate_memmap import ChunkedEvaluation, evaluate_memmap
+from bensemble.app.evaluate_report import planned_files
+from bensemble.app.report import Report, environment, to_json
+from bensemble.io import InputError, load_labels, split_key
+
+__all__ = [
+    "add_chunk_size_argument",
+    "evaluate_memmap",
+    "run_evaluate_chunked",
+]
+
+#: Options of ``bensemble evaluate`` that need every sample in memory (refused with --chunk-size).
+NOT_STREAMED = (("bootstrap", "--bootstrap"),)
+
+
+def _chunk_size_option(value: str) -> int:
+    """``--chunk-size``: a positive integer (argparse names the option on failure)."""
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (got {value!r})")
+    return n
+
+
+def add_chunk_size_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--chunk-size N`` to the ``evaluate`` parser."""
+    parser.add_argument(
+        "--chunk-size",
+        type=_chunk_size_option,
+        default=None,
+        metavar="N",
+        help="read a .npy PREDICTIONS memory-mapped, N samples at a time (bounded memory, the "
+        "same numbers; no figures)",
+    )
+
+
+#: What the in-memory report writes that a chunked run does not (they need every prediction in
+#: memory: sorting all confidences, bootstrap resamples, the HTML page built from them).
+IN_MEMORY_ONLY = ("selective", "intervals", "per_class", "report.html", "risk_coverage.png")
+
+
+def chunked_files(*, ensemble: bool, split: bool) -> list[str]:
+    """File names a chunked run writes: the in-memory report's, less :data:`IN_MEMORY_ONLY`."""
+    files = planned_files(ensemble=ensemble, split=split, per_class=False, intervals=False)
+    return [f for f in files if f not in IN_MEMORY_ONLY and f.split(".")[0] not in IN_MEMORY_ONLY]
+
+
+# ----------------------------------------------------------------------------- command line
+def _open_predictions(args: argparse.Namespace, fn: str) -> Any:
+    """The memory-mapped ``[M, N, K]`` (or ``[N, K]``) array of ``args.predictions``."""
+    file, key = split_key(args.predictions)
+    if key is not None or file.suffix.lower() != ".npy":
+        raise InputError(
+            f"--chunk-size reads .npy files only, memory-mapped (got {args.predictions}); save "
+            "the array with numpy.save or leave out --chunk-size"
+        )
+    if not file.is_file():
+        what = "does not exist" if not file.exists() else "is not a file"
+        raise InputError(f"`predictions` file {file} {what}")
+    try:
+        array = np.load(file, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"`predictions` file {file} is not a readable .npy file ({exc})") from None
+    if args.members is not None:
+        members = V.check_positive_int(args.members, "--members", fn)
+        if array.ndim != 2 or array.shape[0] % members:
+            raise InputError(
+                f"`predictions` must be a 2-D [M*N, K] table with a multiple of --members "
+                f"{members} rows (got shape {tuple(array.shape)})"
+            )
+        array = array.reshape(members, array.shape[0] // members, array.shape[1])
+    if array.ndim == 3 and args.members_axis == 1:
+        array = array.transpose(1, 0, 2)
+    if array.ndim not in (2, 3):
+        raise InputError(
+            f"`predictions` must be 2-D [N, K] or 3-D [M, N, K] (got shape {tuple(array.shape)})"
+        )
+    return array
+
+
+def _evaluate_args(args: argparse.Namespace, fn: str, out: Path | None) -> Evaluation:
+    """Check everything, open the file memory-mapped, then evaluate (nothing is written)."""
+    for attr, option in NOT_STREAMED:
+        if getattr(args, attr, None):
+            raise InputError(
+                f"{option} needs every prediction in memory; leave out {option} or --chunk-size"
+            )
+    V.check_probability(args.alpha, "--alpha", fn)
+    V.check_n_bins(args.n_bins, fn, name="--n-bins")
+    if args.n_bins > MAX_BINS:
+        raise InputError(f"--n-bins must be at most {MAX_BINS} (got {args.n_bins})")
+    if args.eece_bins != "auto":
+        V.check_n_bins(args.eece_bins, fn, name="--eece-bins")
+    V.check_positive_int(args.eece_seeds, "--eece-seeds", fn)
+    if args.calibration_split is not None:
+        V.check_probability(args.calibration_split, "--calibration-split", fn)
+    check_seed(args.seed, "--seed", fn)
+    array = _open_predictions(args, fn)
+    n, k = array.shape[-2], array.shape[-1]
+    labels = load_labels(args.labels, n=n, num_classes=k, fn=str(split_key(args.labels)[0]))
+    if out is not None:
+        inputs = [split_key(args.predictions)[0], split_key(args.labels)[0]]
+        ensemble = array.ndim == 3 and array.shape[0] > 1
+        files = chunked_files(ensemble=ensemble, split=args.calibration_split is not None)
+        _check_out(out, inputs, files, args.overwrite)
+    return evaluate_memmap(
+        array,
+        labels,
+        calibration_split=args.calibration_split,
+        alpha=args.alpha,
+        n_bins=args.n_bins,
+        eece_bins=args.eece_bins,
+        eece_seeds=args.eece_seeds,
+        conformal_score=args.conformal_score,
+        seed=args.seed,
+        chunk_size=args.chunk_size,
+        from_logits=args.logits,
+        name="predictions",
+        source=str(split_key(args.predictions)[0]),
+    )
+
+
+def _figures(ev: ChunkedEvaluation) -> tuple[dict[str, Any], list[str]]:
+    """The report's figures from the streamed sums, drawn in memory; as the in-memory report,
+    a figure that fails to draw is left out and named in the second item."""
+    import matplotlib.pyplot as plt
+
+    from bensemble import plots
+
+    def reliability(bins: Any, name: str | None) -> Any:
+        lower, upper = plots.wilson_interval(bins.sum_correct, bins.counts, 0.95)
+        return plots.ReliabilityDisplay(bins, lower, upper, name=name).plot().figure_
+
+    bins = ev.reliability_bins
+    makers: dict[str, Any] = {}
+    if ev.temperature is None:
+        makers["reliability"] = lambda: reliability(bins["reliability"], None)
+    else:
+        scaled = f"T = {ev.temperature:.3f}"
+        makers["reliability"] = lambda: reliability(bins["reliability"], "unscaled")
+        makers["reliability_scaled"] = lambda: reliability(bins["reliability_scaled"], scaled)
+    if ev.eece_details is not None:
+        details = ev.eece_details
+        makers["epistemic_reliability"] = lambda: (
+            plots.EpistemicReliabilityDisplay.from_details(details, name="ensemble").plot().figure_
+        )
+    figs: dict[str, Any] = {}
+    problems: list[str] = []
+    for name, make in makers.items():
+        before = set(plt.get_fignums())
+        try:
+            figs[name] = make()
+        except Exception as exc:  # noqa: BLE001 - a figure must not cost the user the numbers
+            for number in set(plt.get_fignums()) - before:
+                plt.close(number)
+            problems.append(
+                f"{name}.png left out ({type(exc).__name__}: {' '.join(str(exc).split())})"
+            )
+    return figs, problems
+
+
+def write_report(ev: ChunkedEvaluation, out: Path, *, extra: dict, overwrite: bool) -> Report:
+    """The tables, ``summary.json`` and figures of ``ev``: the files of the in-memory report
+    (the figures drawn from the streamed per-bin sums)."""
+    report = Report(out, staged=True, overwrite=overwrite)
+    figs, problems = _figures(ev)
+    report.problems = problems
+    try:
+        for name, title, rows in ev.tables():
+            report.add_table(name, rows, title=title)
+        summary = ev.to_dict()
+        summary.update(extra)
+        split = ev.temperature is not None
+        summary["files"] = [
+            f
+            for f in chunked_files(ensemble=ev.ensemble is not None, split=split)
+            if not f.endswith(".png") or f[:-4] in figs
+        ]
+        summary["problems"] = problems
+        summary["versions"] = environment()
+        report.add_json("summary", summary)
+        for name in list(figs):
+            report.add_figure(name, figs.pop(name))
+        report.commit()
+    except BaseException:
+        report.discard()
+        raise
+    finally:
+        if figs:
+            import matplotlib.pyplot as plt
+
+            for fig in figs.values():
+                plt.close(fig)
+    return report
+
+
+def run_evaluate_chunked(args: argparse.Namespace) -> int:
+    """``bensemble evaluate ... --chunk-size N`` (exit status and messages as ``run_evaluate``)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            out = _out_folder(args, PROG)
+            ev = _evaluate_args(args, PROG, out)
+        except ValueError as exc:
+            print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
+            return 2
+    _print_warnings(caught)
+    extra = {
+        "inputs": {
+            "predictions": str(args.predictions),
+            "labels": str(args.labels),
+            "logits": bool(args.logits),
+            "chunk_size": args.chunk_size,
+        }
+    }
+    report = None
+    if out is not None:
+        try:
+            report = write_report(ev, out, extra=extra, overwrite=args.overwrite)
+        except (OSError, ValueError) as exc:
+            print(
+                f"{PROG}: error: could not write the report to {out}: {_one_line(exc)}",
+                file=sys.stderr,
+            )
+            return 1
+        for problem in report.problems:
+            print(f"{PROG}: warning: {problem}", file=sys.stderr)
+    if args.json:
+        payload = ev.to_dict()
+        payload.update(extra)
+        payload["report"] = None
+        if report is not None:
+            payload["report"] = {
+                "out": str(out),
+                "files": [str(f) for f in report.files],
+                "problems": list(report.problems),
+            }
+        print(to_json(payload))
+        return 0
+    _print_tables(ev)
+    if report is not None:
+        print(f"\nreport: {len(report.files)} files in {out}{os.sep}")
+    return 0
