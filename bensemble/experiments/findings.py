@@ -90,8 +90,12 @@ def one_vs_all_findings(summary: Rows) -> list[dict[str, Any]]:
             "Random Forest worst active",
             "largest mean EECE of the 6 active methods",
             "Random Forest",
-            f"{worst_active} {active[worst_active]:.4f} (Random Forest "
-            f"{active['Random Forest']:.4f})",
+            f"{worst_active} {active[worst_active]:.4f}"
+            + (
+                ""
+                if worst_active == "Random Forest"
+                else f" (Random Forest {active['Random Forest']:.4f})"
+            ),
             worst_active == "Random Forest",
         ),
         _row(
