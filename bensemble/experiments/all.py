@@ -15,6 +15,10 @@ Verdicts:
 * **not comparable**: the paper states no number (a plot only, ``n/a``, text), or the number is
   from another setting (``digits`` and ``fashion`` print MNIST's table 1 for scale).
 
+``--reuse`` runs nothing: the index is built from the reports that earlier
+``bensemble reproduce NAME --out OUT`` runs left in ``OUT`` (:func:`load_report`), so the long runs
+can be made one at a time (or on two cores at once) and indexed at the end.
+
 For the one-vs-all runs a ranking line compares the order of the nine methods' mean EECE with the
 paper's (Spearman's rho; **holds** when rho >= ``RANK_RHO`` = 0.6), which is meaningful across data
 sets where the values are not.
@@ -31,13 +35,22 @@ from typing import Any
 
 from bensemble.app.report import atomic_write_text, markdown_table
 from bensemble.experiments._common import ExperimentResult, Printer, RunOptions, Stopwatch
+from bensemble.experiments.findings import RANK_RHO, finding_rows, spearman
 from bensemble.experiments.reproduce import DataUnavailableError, runner
 
-__all__ = ["ABS_TOL", "RANK_RHO", "REL_TOL", "OFFLINE", "run", "verdict", "verdict_rows"]
+__all__ = [
+    "ABS_TOL",
+    "OFFLINE",
+    "RANK_RHO",
+    "REL_TOL",
+    "load_report",
+    "run",
+    "verdict",
+    "verdict_rows",
+]
 
 ABS_TOL = 0.02
 REL_TOL = 0.3
-RANK_RHO = 0.6
 #: Experiments that need no files, in running order.
 OFFLINE = ("toy", "size", "noise", "binning", "digits", "fig1")
 #: One-vs-all runs whose paper column is another data set's (MNIST's table 1).
@@ -71,27 +84,6 @@ def verdict(ours: Any, paper: Any, *, comparable: bool = True) -> str:
     return "holds" if abs(ours - paper) <= max(ABS_TOL, REL_TOL * abs(paper)) else "differs"
 
 
-def _spearman(a: Sequence[float], b: Sequence[float]) -> float:
-    def ranks(v: Sequence[float]) -> list[float]:
-        order = sorted(range(len(v)), key=lambda i: v[i])
-        r = [0.0] * len(v)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                r[order[k]] = (i + j) / 2.0
-            i = j + 1
-        return r
-
-    ra, rb = ranks(a), ranks(b)
-    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
-    den = math.sqrt(sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb))
-    return cov / den if den else float("nan")
-
-
 def _label(row: Mapping[str, Any]) -> str:
     first = next(iter(row), None)
     return "-" if first is None else f"{first} = {row[first]}"
@@ -110,22 +102,44 @@ def _match(row: Mapping[str, Any], target: str) -> str | None:
 _FINDING_COLUMNS = ("row", "quantity", "paper", "ours", "verdict")
 
 
+def _copied(table: str, row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row that carries its own verdict; toy's ``finding`` rows name the finding."""
+    out = {"table": table, **{k: row.get(k) for k in _FINDING_COLUMNS}, "finding": True}
+    if out["row"] is None and "finding" in row:
+        out.update(row=row["finding"], quantity="finding", paper="yes (text)")
+    return out
+
+
 def verdict_rows(name: str, tables: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict]:
     """The verdict table of one experiment's result tables.
 
     Every column ``"paper X"`` is paired with ``X`` (exact, then case-insensitive, then the
     first column that starts with ``X``) in the same row; a row that carries its own
-    ``verdict`` (``row``, ``quantity``, ``paper``, ``ours``, ``verdict``) is copied.
-    One-vs-all runs are compared on their summary (means over tasks), plus the EECE ranking.
+    ``verdict`` (``row``, ``quantity``, ``paper``, ``ours``, ``verdict``, or toy's ``finding``,
+    ``ours``, ``verdict``) is copied. One-vs-all runs are compared on their summary (means over
+    tasks) and their Likelihood variants, plus the EECE ranking (Spearman's rho) and the
+    orderings of :mod:`bensemble.experiments.findings`, which also measures the size and noise
+    trends and the binning minimum.
     """
     comparable = name not in STAND_INS
     out = []
-    chosen = {"summary": tables["summary"]} if "summary" in tables else tables
+    summary = tables.get("summary") or tables.get(f"{name}_summary")
+    if name in ONE_VS_ALL and summary:
+        chosen = {"summary": summary}
+        if tables.get("likelihood_variants"):
+            chosen["likelihood_variants"] = tables["likelihood_variants"]
+    else:
+        chosen = dict(tables)
     for table, rows in chosen.items():
         for row in rows:
             if "verdict" in row:  # a finding the experiment judged itself
-                out.append({"table": table, **{k: row.get(k) for k in _FINDING_COLUMNS}})
+                out.append(_copied(table, row))
                 continue
+            label = (
+                f"Likelihood supports={row.get('supports')}, eu={row.get('eu')}"
+                if table == "likelihood_variants"
+                else _label(row)
+            )
             for key, paper in row.items():
                 if not key.startswith("paper ") or key == "paper finding":
                     continue
@@ -133,18 +147,19 @@ def verdict_rows(name: str, tables: Mapping[str, Sequence[Mapping[str, Any]]]) -
                 match = _match(row, target)
                 ours = row.get(match) if match else None
                 out.append({
-                    "table": table, "row": _label(row), "quantity": match or target,
+                    "table": table, "row": label, "quantity": match or target,
                     "paper": paper, "ours": ours,
                     "verdict": verdict(ours, paper, comparable=comparable),
                 })  # fmt: skip
-    if name in ONE_VS_ALL and "summary" in tables:
-        summary = tables["summary"]
-        rho = _spearman([r["eece"] for r in summary], [r["paper eece"] for r in summary])
+    if name in ONE_VS_ALL and summary:
+        rho = spearman([r["eece"] for r in summary], [r["paper eece"] for r in summary])
         out.append({
             "table": "summary", "row": "ranking of the nine methods",
             "quantity": "Spearman rho of mean EECE vs the paper's", "paper": 1.0, "ours": rho,
-            "verdict": "holds" if rho >= RANK_RHO else "differs",
+            "verdict": "holds" if rho >= RANK_RHO else "differs", "finding": True,
         })  # fmt: skip
+    table = "summary" if name in ONE_VS_ALL else name
+    out += [{"table": table, **row, "finding": True} for row in finding_rows(name, tables)]
     return out
 
 
@@ -169,6 +184,55 @@ def _plan(options: RunOptions) -> list[tuple[str, dict[str, Any]]]:
     return plan
 
 
+def load_report(folder: Path, name: str) -> ExperimentResult:
+    """An experiment's result read back from its report folder (``summary.json`` and tables).
+
+    Table names are the JSON files' stems (a one-vs-all run's ``<name>_summary`` is read as its
+    ``summary``); the elapsed time and files are the ones ``summary.json`` records.
+
+    Raises:
+        FileNotFoundError: ``folder`` holds no ``summary.json``.
+        ValueError: ``summary.json`` is for another experiment, or a table file is malformed.
+    """
+    import json
+
+    summary = json.loads((folder / "summary.json").read_text())
+    if summary.get("experiment") != name:
+        raise ValueError(
+            f"reproduce all: {folder / 'summary.json'} is a report of "
+            f"{summary.get('experiment')!r}, not {name!r}"
+        )
+    tables: dict[str, list[dict[str, Any]]] = {}
+    files = [folder / f for f in summary.get("files", [])]
+    for path in files:
+        if path.suffix != ".json" or path.name == "summary.json":
+            continue
+        rows = json.loads(path.read_text()).get("rows")
+        if not isinstance(rows, list):
+            raise ValueError(f"reproduce all: {path} holds no table rows")
+        key = path.stem.removeprefix(f"{name}_") if name in ONE_VS_ALL else path.stem
+        tables[key] = rows
+    elapsed = float(summary.get("elapsed_s", float("nan")))
+    return ExperimentResult(name, tables, files, elapsed, "")
+
+
+def _options_line(result: ExperimentResult) -> str:
+    import json
+
+    path = next((p for p in result.files if p.name == "summary.json"), None)
+    if path is None or not path.is_file():
+        return ""
+    options = json.loads(path.read_text()).get("options") or {}
+    extra = ", ".join(f"{k}={v}" for k, v in (options.get("extra") or {}).items())
+    return (
+        f" Options: seed {options.get('seed')}, repeats {options.get('repeats') or 'default'}"
+        f"{', quick' if options.get('quick') else ''}{', ' + extra if extra else ''}."
+    )
+
+
+_COLUMNS = ["table", "row", "quantity", "paper", "ours", "verdict"]
+
+
 def _index(results: list[tuple[str, ExperimentResult | str]], out: Path) -> str:
     lines = [
         "# bensemble reproduce all: index",
@@ -177,15 +241,26 @@ def _index(results: list[tuple[str, ExperimentResult | str]], out: Path) -> str:
         "number the paper states; **differs** otherwise; **not comparable** when the paper "
         "gives no number or the number belongs to another data set (digits and Fashion-MNIST "
         f"are compared with MNIST's table 1). One-vs-all rankings hold at Spearman rho >= "
-        f"{RANK_RHO}.",
+        f"{RANK_RHO}; the orderings and trends are measured by the rules of "
+        "`bensemble.experiments.findings`.",
         "",
     ]
+    findings = [
+        {"experiment": name, **row}
+        for name, result in results
+        if isinstance(result, ExperimentResult)
+        for row in verdict_rows(name, result.tables)
+        if row.get("finding")
+    ]
+    if findings:
+        cols = ["experiment", "row", "paper", "ours", "verdict"]
+        lines += ["## The paper's findings", "", markdown_table(findings, cols, 4).rstrip(), ""]
     for name, result in results:
         lines += [f"## {name}", ""]
         if isinstance(result, str):
             lines += [f"Skipped: {result}", ""]
             continue
-        lines.append(f"{result.elapsed:.1f} s. Files:")
+        lines.append(f"{result.elapsed:.1f} s.{_options_line(result)} Files:")
         for path in result.files:
             if path.suffix in (".md", ".png"):
                 rel = path.resolve().relative_to(out.resolve()).as_posix()
@@ -193,19 +268,39 @@ def _index(results: list[tuple[str, ExperimentResult | str]], out: Path) -> str:
         rows = verdict_rows(name, result.tables)
         lines.append("")
         if rows:
-            cols = ["table", "row", "quantity", "paper", "ours", "verdict"]
-            lines += [markdown_table(rows, cols, 4).rstrip(), ""]
+            lines += [markdown_table(rows, _COLUMNS, 4).rstrip(), ""]
     return "\n".join(lines) + "\n"
 
 
+def _reused(options: RunOptions, plan: list[tuple[str, dict[str, Any]]]) -> list[tuple]:
+    """``--reuse``: every planned experiment's report already in ``options.out``."""
+    results: list[tuple[str, ExperimentResult | str]] = []
+    for name, _ in plan:
+        folder = Path(options.out) / name
+        try:
+            results.append((name, load_report(folder, name)))
+        except FileNotFoundError:
+            results.append((name, f"no report in {folder} (run `bensemble reproduce {name}`)"))
+    return results
+
+
 def run(options: RunOptions) -> ExperimentResult:
-    """Run every available experiment into ``options.out`` and write ``index.md`` there."""
+    """Run every available experiment into ``options.out`` and write ``index.md`` there.
+
+    With ``options.extra["reuse"]`` nothing runs: the index is built from the reports that
+    earlier ``bensemble reproduce NAME --out OUT`` runs left in ``OUT`` (the same tables, so
+    the same verdicts, as a full ``reproduce all``).
+    """
     watch, printer = Stopwatch(), Printer()
     out = Path(options.out)
     plan = _plan(options)
-    printer(f"all: running {', '.join(n for n, _ in plan)}{' (quick)' if options.quick else ''}")
+    reuse = bool(options.extra.get("reuse"))
+    verb = "indexing the reports of" if reuse else "running"
+    printer(f"all: {verb} {', '.join(n for n, _ in plan)}{' (quick)' if options.quick else ''}")
     results: list[tuple[str, ExperimentResult | str]] = []
-    for name, extra in plan:
+    if reuse:
+        results = _reused(options, plan)
+    for name, extra in [] if reuse else plan:
         sub = replace(options, extra={**options.extra, **extra})
         try:
             results.append((name, runner(name)(sub)))

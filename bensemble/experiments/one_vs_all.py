@@ -318,7 +318,8 @@ def run_image_one_vs_all(
 
     Per repeat: the auto-encoder (``latent_dim``, ``ae_epochs``) on every training image; the
     classifiers on ``n_train`` seeded training latents (``<= 0``: all); the ten one-vs-all
-    tasks scored on the test images. ``options.quick`` uses :data:`QUICK`.
+    tasks scored on the test images (``options.extra["n_test"]``: a subset of that many, drawn
+    once with ``options.seed``; default all). ``options.quick`` uses :data:`QUICK`.
     """
     watch, printer = Stopwatch(), Printer()
     quick = options.quick
@@ -340,6 +341,10 @@ def run_image_one_vs_all(
         n_train = len(y_train)
     if quick:
         x_test, y_test = x_test[: QUICK["n_test"]], y_test[: QUICK["n_test"]]
+    n_test = options.extra.get("n_test")
+    if n_test is not None and 0 < int(n_test) < len(y_test):  # a seeded subset of the test set
+        keep = torch.randperm(len(y_test), generator=torch.Generator().manual_seed(options.seed))
+        x_test, y_test = x_test[keep[: int(n_test)]], y_test[keep[: int(n_test)]]
     repeats = options.n_repeats(1)
     report = options.report(name)
     printer(

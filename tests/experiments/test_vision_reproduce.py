@@ -128,3 +128,16 @@ def test_cifar_autoencoder_is_the_papers_wider_one():
     assert (linear.in_features, linear.out_features) == (2048, 256)
     last = [m for m in ae.decoder if isinstance(m, nn.ConvTranspose2d)][-1]
     assert (last.in_channels, last.out_channels) == (16, 3)
+
+
+def test_n_test_scores_a_seeded_subset_of_the_test_images(tmp_path, capsys):
+    data = tmp_path / "data"
+    _fake_mnist(data)  # 40 test images
+    outputs = []
+    for run in range(2):
+        out = tmp_path / f"out{run}"
+        argv = ["reproduce", "mnist", *QUICK, "--data-dir", str(data), "--out", str(out)]
+        assert main([*argv, "--n-test", "25"]) == 0
+        assert "25 test images" in capsys.readouterr().out
+        outputs.append(_table(out / "mnist", "mnist_per_task")["rows"])
+    assert outputs[0] == outputs[1]  # the subset is drawn from the seed
