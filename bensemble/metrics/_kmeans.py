@@ -62,6 +62,7 @@ from bensemble._validation import (
     check_positive,
     check_positive_int,
 )
+from bensemble.metrics import _kmeans_coreset
 
 # The kernels live in _kmeans_assign / _kmeans_core / _kmeans_backends; the private names are
 # re-exported here for the modules and tests that import them from this module.
@@ -78,6 +79,7 @@ __all__ = [
     "BACKENDS",
     "DEFAULT_SUBSAMPLE",
     "DEFAULT_REFINE",
+    "DEFAULT_CORESET",
     "KMeansFit",
     "fit_bins",
     "assign_bins",
@@ -90,6 +92,9 @@ BACKENDS = ("auto", "torch", "sklearn", "minibatch", "faiss")
 DEFAULT_SUBSAMPLE = 50_000
 #: Lloyd steps over every row after a subsample fit (each one pass over the data).
 DEFAULT_REFINE = 2
+#: Coreset size of the classwise EECE's ``"torch"`` fits (``coreset=None``: the exact fit; see
+#: :mod:`bensemble.metrics._kmeans_coreset`). Top-label and binary fits default to the exact fit.
+DEFAULT_CORESET = 10_000
 #: Minimum mini-batch size of the ``"minibatch"`` backend.
 MIN_MINIBATCH = 8192
 
@@ -150,6 +155,7 @@ def _fit(
     max_iter: int = 300,
     tol: float = 1e-4,
     batch_size: int = MIN_MINIBATCH,
+    coreset: int | None = None,
 ) -> KMeansFit:
     """Fit on validated float64 rows ``x [N, H]`` with a resolved seed."""
     resolved = "torch" if backend == "auto" else backend
@@ -171,6 +177,8 @@ def _fit(
     subsampled = n_fit < n
     if subsampled:
         settings["refine"] = refine
+    if coreset is not None and resolved == "torch":
+        settings["coreset"] = coreset
     if n_clusters < min(n_bins, n_fit) or n_clusters == n_fit:
         # Fewer distinct rows than bins: each distinct row is its own centroid (exact optimum).
         centroids = torch.unique(x_fit, dim=0)
@@ -178,7 +186,11 @@ def _fit(
         n_iter, converged = 0, True
     else:
         tol_abs = tol * float(x_fit.var(dim=0, unbiased=False).mean())
-        if resolved == "torch":
+        if resolved == "torch" and _kmeans_coreset.applies(coreset, n_fit):
+            centroids, labels, n_iter, converged = _kmeans_coreset.fit_torch_coreset(
+                x_fit, n_clusters, g, max_iter, tol_abs, coreset
+            )
+        elif resolved == "torch":
             centroids, labels, n_iter, converged = _fit_torch(
                 x_fit, n_clusters, g, max_iter, tol_abs
             )
@@ -238,6 +250,7 @@ def fit_bins(
     max_iter: int = 300,
     tol: float = 1e-4,
     batch_size: int = MIN_MINIBATCH,
+    coreset: int | None = None,
 ) -> torch.Tensor:
     """Fit K-means centroids on member vectors, to reuse as an EECE partition.
 
@@ -256,6 +269,10 @@ def fit_bins(
         max_iter: maximum Lloyd iterations.
         tol: convergence tolerance relative to the mean feature variance.
         batch_size: mini-batch size of the ``"minibatch"`` backend (``>= 8192``).
+        coreset: ``"torch"`` backend only: with more than ``2 * coreset`` rows to fit, fit on a
+            weighted coreset of this many rows, then Lloyd steps over every row until one
+            improves the inertia by less than 0.1% (:mod:`bensemble.metrics._kmeans_coreset`;
+            the classwise EECE's default). ``None`` (default): the exact fit.
 
     Returns:
         ``[M', H]`` float64 centroids, ``M' <= min(n_bins, distinct rows)``.
@@ -270,6 +287,8 @@ def fit_bins(
     x = as_float_tensor(member_vectors, "member_vectors", fn, ndim=2)
     n_bins = check_positive_int(n_bins, "n_bins", fn)
     batch_size = _check_fit_options(fn, backend, subsample, refine, max_iter, tol, batch_size)
+    if coreset is not None:
+        check_positive_int(coreset, "coreset", fn)
     seed = resolve_seed(generator, seed, fn)
     fit = _fit(
         x,
@@ -281,6 +300,7 @@ def fit_bins(
         max_iter=max_iter,
         tol=tol,
         batch_size=batch_size,
+        coreset=coreset,
     )
     return fit.centroids
 

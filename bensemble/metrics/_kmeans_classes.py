@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bensemble.metrics import _kmeans_coreset
 from bensemble.metrics._kmeans import DEFAULT_REFINE, DEFAULT_SUBSAMPLE
 from bensemble.metrics._kmeans_assign import (
     _assign,
@@ -218,6 +219,7 @@ def fit_classes(
     tol: float = 1e-4,
     workers: int | None = None,
     max_batch: int | None = None,
+    coreset: int | None = None,
 ) -> list[tuple[torch.Tensor, int, dict[str, Any]]]:
     """Bins of every class from batched ``"torch"`` K-means fits, class by class identical to
     ``partition(vectors(k), binning="kmeans", backend="torch", seed=seed, ...)``.
@@ -232,6 +234,9 @@ def fit_classes(
         subsample, refine, max_iter, tol: as in :func:`bensemble.metrics.fit_bins`.
         workers: single-threaded workers (default: torch's intra-op thread count).
         max_batch: at most this many classes per batch (default: :func:`_chunk_size`'s rule).
+        coreset: as in :func:`bensemble.metrics.fit_bins`: classes with more than ``2 *
+            coreset`` rows to fit get the coreset fit, one class per task on the same workers
+            (identical to ``_fit(..., coreset=coreset)``); ``None``: the exact fit.
 
     Returns:
         Per class ``(bin ids [N], number of bins, fit info)``, in class order.
@@ -242,6 +247,8 @@ def fit_classes(
         "tol": tol,
         "subsample": subsample,
     }
+    if coreset is not None:
+        settings["coreset"] = coreset
     vectors_rows = vectors(0).shape[0]
     n_rows = min(vectors_rows, subsample) if subsample is not None else vectors_rows
     budget = workers if workers is not None else torch.get_num_threads()
@@ -262,8 +269,13 @@ def fit_classes(
         # Batch the plain fits by their (rows, bins) shape; the rest go alone.
         shapes: dict[tuple[int, int], list[int]] = {}
         for k in classes:
-            g, x_fit, n_clusters, plain, _ = prepared[k]
-            if plain:
+            g, x_fit, n_clusters, plain, tol_abs = prepared[k]
+            if plain and _kmeans_coreset.applies(coreset, x_fit.shape[0]):
+                fitted = _kmeans_coreset.fit_torch_coreset(
+                    x_fit, n_clusters, g, max_iter, tol_abs, coreset
+                )
+                results[k] = _finish(xs[k], x_fit, fitted, _settings(k), refine)
+            elif plain:
                 shapes.setdefault((x_fit.shape[0], n_clusters), []).append(k)
             else:
                 results[k] = fallback(k)
