@@ -80,6 +80,7 @@ __all__ = [
     "DEFAULT_SUBSAMPLE",
     "DEFAULT_REFINE",
     "DEFAULT_CORESET",
+    "DEFAULT_LLOYD_RTOL",
     "KMeansFit",
     "fit_bins",
     "assign_bins",
@@ -92,9 +93,12 @@ BACKENDS = ("auto", "torch", "sklearn", "minibatch", "faiss")
 DEFAULT_SUBSAMPLE = 50_000
 #: Lloyd steps over every row after a subsample fit (each one pass over the data).
 DEFAULT_REFINE = 2
-#: Coreset size of the classwise EECE's ``"torch"`` fits (``coreset=None``: the exact fit; see
-#: :mod:`bensemble.metrics._kmeans_coreset`). Top-label and binary fits default to the exact fit.
+#: A coreset size for ``coreset=`` (opt-in; :mod:`bensemble.metrics._kmeans_coreset`).
 DEFAULT_CORESET = 10_000
+#: The classwise EECE's Lloyd stopping rule: stop when a step lowers the inertia by at most this
+#: fraction of it (measured in :mod:`bensemble.metrics._kmeans_classes`). Top-label and binary
+#: fits, and ``fit_bins``, default to ``0`` (the exact fit).
+DEFAULT_LLOYD_RTOL = 3e-4
 #: Minimum mini-batch size of the ``"minibatch"`` backend.
 MIN_MINIBATCH = 8192
 
@@ -156,6 +160,7 @@ def _fit(
     tol: float = 1e-4,
     batch_size: int = MIN_MINIBATCH,
     coreset: int | None = None,
+    lloyd_rtol: float = 0.0,
 ) -> KMeansFit:
     """Fit on validated float64 rows ``x [N, H]`` with a resolved seed."""
     resolved = "torch" if backend == "auto" else backend
@@ -179,6 +184,8 @@ def _fit(
         settings["refine"] = refine
     if coreset is not None and resolved == "torch":
         settings["coreset"] = coreset
+    if lloyd_rtol > 0 and resolved == "torch":
+        settings["lloyd_rtol"] = lloyd_rtol
     if n_clusters < min(n_bins, n_fit) or n_clusters == n_fit:
         # Fewer distinct rows than bins: each distinct row is its own centroid (exact optimum).
         centroids = torch.unique(x_fit, dim=0)
@@ -192,7 +199,7 @@ def _fit(
             )
         elif resolved == "torch":
             centroids, labels, n_iter, converged = _fit_torch(
-                x_fit, n_clusters, g, max_iter, tol_abs
+                x_fit, n_clusters, g, max_iter, tol_abs, lloyd_rtol
             )
         elif resolved in ("sklearn", "minibatch"):
             if resolved == "minibatch":
@@ -251,6 +258,7 @@ def fit_bins(
     tol: float = 1e-4,
     batch_size: int = MIN_MINIBATCH,
     coreset: int | None = None,
+    lloyd_rtol: float = 0.0,
 ) -> torch.Tensor:
     """Fit K-means centroids on member vectors, to reuse as an EECE partition.
 
@@ -272,7 +280,10 @@ def fit_bins(
         coreset: ``"torch"`` backend only: with more than ``2 * coreset`` rows to fit, fit on a
             weighted coreset of this many rows, then Lloyd steps over every row until one
             improves the inertia by less than 0.1% (:mod:`bensemble.metrics._kmeans_coreset`;
-            the classwise EECE's default). ``None`` (default): the exact fit.
+            opt-in). ``None`` (default): the exact fit.
+        lloyd_rtol: ``"torch"`` backend only: also stop Lloyd when a step lowers the inertia by
+            at most this fraction of it (``3e-4`` is the classwise EECE's default,
+            :data:`DEFAULT_LLOYD_RTOL`); ``0`` (default): the exact fit.
 
     Returns:
         ``[M', H]`` float64 centroids, ``M' <= min(n_bins, distinct rows)``.
@@ -289,6 +300,7 @@ def fit_bins(
     batch_size = _check_fit_options(fn, backend, subsample, refine, max_iter, tol, batch_size)
     if coreset is not None:
         check_positive_int(coreset, "coreset", fn)
+    check_positive(lloyd_rtol, "lloyd_rtol", fn, allow_zero=True)
     seed = resolve_seed(generator, seed, fn)
     fit = _fit(
         x,
@@ -301,6 +313,7 @@ def fit_bins(
         tol=tol,
         batch_size=batch_size,
         coreset=coreset,
+        lloyd_rtol=lloyd_rtol,
     )
     return fit.centroids
 

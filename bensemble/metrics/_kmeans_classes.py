@@ -42,7 +42,7 @@ from bensemble.metrics._kmeans_assign import (
     _refine,
 )
 from bensemble.metrics._kmeans_batched import map_classes
-from bensemble.metrics._kmeans_core import _kmeans_plusplus, _lloyd
+from bensemble.metrics._kmeans_core import _kmeans_plusplus, _lloyd, _within
 
 __all__ = ["fit_classes", "MAX_BATCH_SCORES"]
 
@@ -119,7 +119,9 @@ def _seed_batch(x: torch.Tensor, n_clusters: int, gens: list[torch.Generator]):
     return chosen, exhausted
 
 
-def _lloyd_batch(x: torch.Tensor, c: torch.Tensor, max_iter: int, tol_abs: list[float]):
+def _lloyd_batch(
+    x: torch.Tensor, c: torch.Tensor, max_iter: int, tol_abs: list[float], rtol: float = 0.0
+):
     """Lloyd for every class of ``x [C, n, H]`` from ``c [C, M, H]`` (float32), each class
     stopping by its own rule. Returns ``[(centroids, labels, n_iter, converged)]`` per class."""
     n_cls, n, width = x.shape
@@ -127,6 +129,9 @@ def _lloyd_batch(x: torch.Tensor, c: torch.Tensor, max_iter: int, tol_abs: list[
     out: list[Any] = [None] * n_cls
     active = list(range(n_cls))
     labels_old = None
+    # per class, as _lloyd computes them (same values, same summation order)
+    x_sq = [float((x[i].to(_F64) ** 2).sum()) if rtol > 0 else 0.0 for i in range(n_cls)]
+    previous = [math.inf] * n_cls
     for n_iter in range(1, max_iter + 1):
         offsets = (torch.arange(len(active), device=x.device) * m)[:, None]
         labels = _assign_batch(x, c)
@@ -142,11 +147,14 @@ def _lloyd_batch(x: torch.Tensor, c: torch.Tensor, max_iter: int, tol_abs: list[
         same = (labels == labels_old).all(1).tolist() if labels_old is not None else None
         keep = []
         for i, k in enumerate(active):
+            within = _within(x_sq[k], sums[i], counts[i]) if rtol > 0 else 0.0
+            stop = shift[i] <= tol_abs[k] or (rtol > 0 and previous[k] - within <= rtol * within)
+            previous[k] = within
             if same is not None and same[i]:
                 out[k] = (c[i], labels[i], n_iter, True)
-            elif shift[i] <= tol_abs[k] or n_iter == max_iter:
+            elif stop or n_iter == max_iter:
                 # not a strict stop: the labels are re-assigned to the final centroids
-                out[k] = (c[i], None, n_iter, shift[i] <= tol_abs[k])
+                out[k] = (c[i], None, n_iter, stop)
             else:
                 keep.append(i)
         if not keep:
@@ -220,6 +228,7 @@ def fit_classes(
     workers: int | None = None,
     max_batch: int | None = None,
     coreset: int | None = None,
+    lloyd_rtol: float = 0.0,
 ) -> list[tuple[torch.Tensor, int, dict[str, Any]]]:
     """Bins of every class from batched ``"torch"`` K-means fits, class by class identical to
     ``partition(vectors(k), binning="kmeans", backend="torch", seed=seed, ...)``.
@@ -237,6 +246,7 @@ def fit_classes(
         coreset: as in :func:`bensemble.metrics.fit_bins`: classes with more than ``2 *
             coreset`` rows to fit get the coreset fit, one class per task on the same workers
             (identical to ``_fit(..., coreset=coreset)``); ``None``: the exact fit.
+        lloyd_rtol: as in :func:`bensemble.metrics.fit_bins` (``0``: the exact fit).
 
     Returns:
         Per class ``(bin ids [N], number of bins, fit info)``, in class order.
@@ -249,6 +259,8 @@ def fit_classes(
     }
     if coreset is not None:
         settings["coreset"] = coreset
+    if lloyd_rtol > 0:
+        settings["lloyd_rtol"] = lloyd_rtol
     vectors_rows = vectors(0).shape[0]
     n_rows = min(vectors_rows, subsample) if subsample is not None else vectors_rows
     budget = workers if workers is not None else torch.get_num_threads()
@@ -288,14 +300,15 @@ def fit_classes(
                 if rows.numel() < n_clusters:  # ran out of distinct rows: the per-class path
                     results[k] = fallback(k)
                     continue
-                fitted = _lloyd(x32, x32[rows].clone(), max_iter, tol_abs)
+                fitted = _lloyd(x32, x32[rows].clone(), max_iter, tol_abs, lloyd_rtol)
                 results[k] = _finish(xs[k], x_fit, fitted, _settings(k), refine)
                 continue
             x32 = torch.stack([prepared[k][1].to(_F32) for k in group])
             seeds, exhausted = _seed_batch(x32, n_clusters, [prepared[k][0] for k in group])
             every = torch.arange(len(group), device=x32.device)[:, None]
             start = x32[every, seeds].clone()
-            fits = _lloyd_batch(x32, start, max_iter, [prepared[k][4] for k in group])
+            tols = [prepared[k][4] for k in group]
+            fits = _lloyd_batch(x32, start, max_iter, tols, lloyd_rtol)
             for i, k in enumerate(group):
                 if bool(exhausted[i]):
                     results[k] = fallback(k)

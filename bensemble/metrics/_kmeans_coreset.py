@@ -39,10 +39,10 @@ _F32, _F64 = torch.float32, torch.float64
 MAX_REFINE_STEPS = 30
 #: A coreset Lloyd step that lowers the weighted within-cluster sum of squares by less than this
 #: fraction of it is the last one (besides the usual centroid-shift rule).
-CORESET_RTOL = 1e-4
+CORESET_RTOL = 1e-3
 #: A full-data step that lowers the within-cluster sum of squares by less than this fraction of
 #: it is the last one.
-REFINE_RTOL = 1e-3
+REFINE_RTOL = 3e-4
 
 
 def applies(coreset: int | None, n_fit: int) -> bool:
