@@ -39,6 +39,12 @@ are dropped, and the number of bins is capped at the number of distinct rows (wi
 rows than bins, every distinct row is its own centroid). Ties in the assignment go to the centroid
 with the lower index.
 
+Cheaper ``"torch"`` fits (both off by default here): ``lloyd_rtol=r`` also stops Lloyd when a
+step lowers the inertia by at most ``r`` of it (the classwise EECE's default, ``r = 3e-4``: 2.3-2.6x
+less CPU at 50,000 rows x 100 bins, inertia within 0.75% of the exact fit's on every class measured
+there; see :mod:`~bensemble.metrics._kmeans_classes`); ``coreset=S`` fits on a weighted coreset
+(:mod:`~bensemble.metrics._kmeans_coreset`).
+
 Large ``N``: with ``subsample=S`` (default 50,000) and ``N > S``, the centroids are fitted on ``S``
 rows drawn without replacement (seeded), then refined by ``refine`` (default 2) Lloyd steps over
 every row (one chunked pass each), and every row is finally assigned to its nearest centroid in
