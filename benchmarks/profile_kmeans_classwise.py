@@ -8,14 +8,22 @@ member vectors).
   rows: CPU time and inertia against the full fit.
 * ``--pruned``: exact triangle-inequality pruning (``benchmarks/_kmeans_pruned.py``) against the
   dense fit: CPU time and inertia.
+* ``--stopping``: the cheaper fits against the exact one, per class: Lloyd stopped by the
+  relative-inertia rule (``lloyd_rtol`` 1e-3, 3e-4: the classwise default) and the coreset fit
+  (10,000 rows), at N = 50,000 / 100 bins / H = 10 (8 classes of K = 100 and of K = 1000) and
+  at N = 10,000 / 20 bins / H = 6 (4 classes of K = 10, 100, 1000): CPU-time ratio and the
+  within-bin sum of squares (inertia) over the exact fit's, worst class and mean; also the
+  exact fit's own seed 1 against seed 0.
 
-Run: ``python benchmarks/profile_kmeans_classwise.py [--profile] [--subsample] [--pruned]``
-(all three without flags). Prints only; the figures are quoted in ``benchmarks/results.md``.
+Run: ``python benchmarks/profile_kmeans_classwise.py [--profile] [--subsample] [--pruned]
+[--stopping]`` (the first three without flags). Prints only; the figures are quoted in
+``benchmarks/results.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -27,7 +35,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import _kmeans_pruned  # noqa: E402
-from bench_eece_classwise import N_BINS, _class_vectors  # noqa: E402
+from bench_eece_classwise import N_BINS, _class_vectors, _within_ss  # noqa: E402
 
 from bensemble.metrics._kmeans import _assign, _fit  # noqa: E402
 from bensemble.metrics._kmeans_assign import _argmin_rows, _chunk_rows  # noqa: E402
@@ -120,12 +128,72 @@ def pruned() -> None:
             )
 
 
+def _one_vs_rest(n_classes: int, classes: int, n: int, h: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for _ in range(classes):
+        z = torch.randn(n, h, generator=g, dtype=torch.float64)
+        u = torch.randn(n, 1, generator=g, dtype=torch.float64)
+        out.append(torch.sigmoid(z - math.log(n_classes - 1) + 2 * u))
+    return out
+
+
+def stopping() -> None:
+    variants = {
+        "lloyd_rtol=1e-3": {"lloyd_rtol": 1e-3},
+        "lloyd_rtol=3e-4 (default)": {"lloyd_rtol": 3e-4},
+        "coreset=10,000": {"coreset": 10_000},
+    }
+    cases = [
+        (f"K={k}, N=50,000, 100 bins, H=10", _class_vectors(k, 8, 50_000), 100, {})
+        for k in (100, 1000)
+    ]
+    cases += [
+        (
+            f"K={k}, N=10,000, 20 bins, H=6",
+            _one_vs_rest(k, 4, 10_000, 6),
+            20,
+            {"coreset=10,000": {"coreset": 2000}},
+        )
+        for k in (10, 100, 1000)
+    ]
+    for name, xs, bins, override in cases:
+        t_exact, exact = _cpu(lambda xs=xs, bins=bins: [_fit(x, bins, seed=0) for x in xs])
+        ref = [_within_ss(x, _assign(x, f.centroids)[0]) for x, f in zip(xs, exact, strict=True)]
+        other = [
+            _within_ss(x, _assign(x, _fit(x, bins, seed=1).centroids)[0]) / r - 1
+            for x, r in zip(xs, ref, strict=True)
+        ]
+        print(
+            f"{name}: exact {t_exact / len(xs) * 1e3:.0f} ms/class; exact seed 1 vs 0: "
+            f"{min(other):+.2%} .. {max(other):+.2%}"
+        )
+        for label, options in variants.items():
+            options = override.get(label, options)
+            t, fits = _cpu(
+                lambda xs=xs, o=options, bins=bins: [_fit(x, bins, seed=0, **o) for x in xs]
+            )
+            rel = [
+                _within_ss(x, _assign(x, f.centroids)[0]) / r - 1
+                for x, f, r in zip(xs, fits, ref, strict=True)
+            ]
+            print(
+                f"  {label} {options}: {t_exact / t:.2f}x less CPU, inertia worst "
+                f"{max(rel):+.2%}, mean {sum(rel) / len(rel):+.2%}"
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--subsample", action="store_true")
     parser.add_argument("--pruned", action="store_true")
+    parser.add_argument("--stopping", action="store_true")
     args = parser.parse_args(argv)
+    if args.stopping:
+        torch.set_num_threads(1)
+        stopping()
+        return 0
     everything = not (args.profile or args.subsample or args.pruned)
     torch.set_num_threads(1)
     if args.profile or everything:

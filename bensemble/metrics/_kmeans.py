@@ -39,6 +39,12 @@ are dropped, and the number of bins is capped at the number of distinct rows (wi
 rows than bins, every distinct row is its own centroid). Ties in the assignment go to the centroid
 with the lower index.
 
+Cheaper ``"torch"`` fits (both off by default here): ``lloyd_rtol=r`` also stops Lloyd when a
+step lowers the inertia by at most ``r`` of it (the classwise EECE's default, ``r = 3e-4``: 2.3-2.6x
+less CPU at 50,000 rows x 100 bins, inertia within 0.75% of the exact fit's on every class measured
+there; see :mod:`~bensemble.metrics._kmeans_classes`); ``coreset=S`` fits on a weighted coreset
+(:mod:`~bensemble.metrics._kmeans_coreset`).
+
 Large ``N``: with ``subsample=S`` (default 50,000) and ``N > S``, the centroids are fitted on ``S``
 rows drawn without replacement (seeded), then refined by ``refine`` (default 2) Lloyd steps over
 every row (one chunked pass each), and every row is finally assigned to its nearest centroid in
@@ -62,6 +68,7 @@ from bensemble._validation import (
     check_positive,
     check_positive_int,
 )
+from bensemble.metrics import _kmeans_coreset
 
 # The kernels live in _kmeans_assign / _kmeans_core / _kmeans_backends; the private names are
 # re-exported here for the modules and tests that import them from this module.
@@ -78,6 +85,8 @@ __all__ = [
     "BACKENDS",
     "DEFAULT_SUBSAMPLE",
     "DEFAULT_REFINE",
+    "DEFAULT_CORESET",
+    "DEFAULT_LLOYD_RTOL",
     "KMeansFit",
     "fit_bins",
     "assign_bins",
@@ -90,6 +99,12 @@ BACKENDS = ("auto", "torch", "sklearn", "minibatch", "faiss")
 DEFAULT_SUBSAMPLE = 50_000
 #: Lloyd steps over every row after a subsample fit (each one pass over the data).
 DEFAULT_REFINE = 2
+#: A coreset size for ``coreset=`` (opt-in; :mod:`bensemble.metrics._kmeans_coreset`).
+DEFAULT_CORESET = 10_000
+#: The classwise EECE's Lloyd stopping rule: stop when a step lowers the inertia by at most this
+#: fraction of it (measured in :mod:`bensemble.metrics._kmeans_classes`). Top-label and binary
+#: fits, and ``fit_bins``, default to ``0`` (the exact fit).
+DEFAULT_LLOYD_RTOL = 3e-4
 #: Minimum mini-batch size of the ``"minibatch"`` backend.
 MIN_MINIBATCH = 8192
 
@@ -150,6 +165,8 @@ def _fit(
     max_iter: int = 300,
     tol: float = 1e-4,
     batch_size: int = MIN_MINIBATCH,
+    coreset: int | None = None,
+    lloyd_rtol: float = 0.0,
 ) -> KMeansFit:
     """Fit on validated float64 rows ``x [N, H]`` with a resolved seed."""
     resolved = "torch" if backend == "auto" else backend
@@ -171,6 +188,10 @@ def _fit(
     subsampled = n_fit < n
     if subsampled:
         settings["refine"] = refine
+    if coreset is not None and resolved == "torch":
+        settings["coreset"] = coreset
+    if lloyd_rtol > 0 and resolved == "torch":
+        settings["lloyd_rtol"] = lloyd_rtol
     if n_clusters < min(n_bins, n_fit) or n_clusters == n_fit:
         # Fewer distinct rows than bins: each distinct row is its own centroid (exact optimum).
         centroids = torch.unique(x_fit, dim=0)
@@ -178,9 +199,13 @@ def _fit(
         n_iter, converged = 0, True
     else:
         tol_abs = tol * float(x_fit.var(dim=0, unbiased=False).mean())
-        if resolved == "torch":
+        if resolved == "torch" and _kmeans_coreset.applies(coreset, n_fit):
+            centroids, labels, n_iter, converged = _kmeans_coreset.fit_torch_coreset(
+                x_fit, n_clusters, g, max_iter, tol_abs, coreset
+            )
+        elif resolved == "torch":
             centroids, labels, n_iter, converged = _fit_torch(
-                x_fit, n_clusters, g, max_iter, tol_abs
+                x_fit, n_clusters, g, max_iter, tol_abs, lloyd_rtol
             )
         elif resolved in ("sklearn", "minibatch"):
             if resolved == "minibatch":
@@ -238,6 +263,8 @@ def fit_bins(
     max_iter: int = 300,
     tol: float = 1e-4,
     batch_size: int = MIN_MINIBATCH,
+    coreset: int | None = None,
+    lloyd_rtol: float = 0.0,
 ) -> torch.Tensor:
     """Fit K-means centroids on member vectors, to reuse as an EECE partition.
 
@@ -256,6 +283,13 @@ def fit_bins(
         max_iter: maximum Lloyd iterations.
         tol: convergence tolerance relative to the mean feature variance.
         batch_size: mini-batch size of the ``"minibatch"`` backend (``>= 8192``).
+        coreset: ``"torch"`` backend only: with more than ``2 * coreset`` rows to fit, fit on a
+            weighted coreset of this many rows, then Lloyd steps over every row until one
+            improves the inertia by less than 0.1% (:mod:`bensemble.metrics._kmeans_coreset`;
+            opt-in). ``None`` (default): the exact fit.
+        lloyd_rtol: ``"torch"`` backend only: also stop Lloyd when a step lowers the inertia by
+            at most this fraction of it (``3e-4`` is the classwise EECE's default,
+            :data:`DEFAULT_LLOYD_RTOL`); ``0`` (default): the exact fit.
 
     Returns:
         ``[M', H]`` float64 centroids, ``M' <= min(n_bins, distinct rows)``.
@@ -270,6 +304,9 @@ def fit_bins(
     x = as_float_tensor(member_vectors, "member_vectors", fn, ndim=2)
     n_bins = check_positive_int(n_bins, "n_bins", fn)
     batch_size = _check_fit_options(fn, backend, subsample, refine, max_iter, tol, batch_size)
+    if coreset is not None:
+        check_positive_int(coreset, "coreset", fn)
+    check_positive(lloyd_rtol, "lloyd_rtol", fn, allow_zero=True)
     seed = resolve_seed(generator, seed, fn)
     fit = _fit(
         x,
@@ -281,6 +318,8 @@ def fit_bins(
         max_iter=max_iter,
         tol=tol,
         batch_size=batch_size,
+        coreset=coreset,
+        lloyd_rtol=lloyd_rtol,
     )
     return fit.centroids
 

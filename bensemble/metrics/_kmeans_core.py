@@ -62,12 +62,27 @@ def _kmeans_plusplus(x: torch.Tensor, n_clusters: int, g: torch.Generator) -> to
     return chosen
 
 
+def _within(x_sq: float, sums: torch.Tensor, counts: torch.Tensor) -> float:
+    """Within-cluster sum of squares of a partition from its per-cluster sums and counts:
+    ``sum ||x||^2 - sum_m ||S_m||^2 / n_m`` (float64; no pass over the rows)."""
+    s = sums.to(torch.float64)
+    return x_sq - float(((s * s).sum(1) / counts.clamp_min(1)).sum())
+
+
 def _lloyd(
-    x: torch.Tensor, centroids: torch.Tensor, max_iter: int, tol_abs: float
+    x: torch.Tensor,
+    centroids: torch.Tensor,
+    max_iter: int,
+    tol_abs: float,
+    rtol: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor, int, bool]:
-    """Lloyd iterations; an empty cluster keeps its centre (and is dropped by the caller)."""
+    """Lloyd iterations; an empty cluster keeps its centre (and is dropped by the caller).
+    With ``rtol > 0`` also stop when a step lowers the within-cluster sum of squares by at most
+    ``rtol`` of itself (the classwise EECE's default, ``lloyd_rtol``)."""
     m = centroids.shape[0]
     labels_old = None
+    x_sq = float((x.to(torch.float64) ** 2).sum()) if rtol > 0 else 0.0
+    previous = math.inf
     strict = converged = False
     n_iter = 0
     for n_iter in range(1, max_iter + 1):  # noqa: B007 - n_iter is reported
@@ -83,19 +98,21 @@ def _lloyd(
             strict = converged = True
             break
         labels_old = labels
-        if shift <= tol_abs:
+        within = _within(x_sq, sums, counts) if rtol > 0 else 0.0
+        if shift <= tol_abs or (rtol > 0 and previous - within <= rtol * within):
             converged = True
             break
+        previous = within
     if not strict:
         labels, _ = _assign(x, centroids)
     return centroids, labels, n_iter, converged
 
 
-def _fit_torch(x, n_bins, g, max_iter, tol_abs):
+def _fit_torch(x, n_bins, g, max_iter, tol_abs, rtol=0.0):
     # The fit runs in float32: about twice as fast, and distances between probability vectors
     # need no more precision to choose a cell. Centroids come back as float64, and every
     # assignment after the fit (the one the EECE uses) is computed in float64.
     x32 = x.to(torch.float32)
     seeds = _kmeans_plusplus(x32, n_bins, g)
-    centroids, labels, n_iter, converged = _lloyd(x32, x32[seeds].clone(), max_iter, tol_abs)
+    centroids, labels, n_iter, converged = _lloyd(x32, x32[seeds].clone(), max_iter, tol_abs, rtol)
     return centroids.to(torch.float64), labels, n_iter, converged

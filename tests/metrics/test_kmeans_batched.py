@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bensemble.metrics import expected_epistemic_calibration_error, fit_bins
-from bensemble.metrics._kmeans import _fit
+from bensemble.metrics._kmeans import DEFAULT_LLOYD_RTOL, _fit
 from bensemble.metrics._kmeans_batched import map_classes, single_threaded
 
 
@@ -34,7 +34,10 @@ def test_classwise_eece_equals_a_loop_over_classes_with_fit_bins():
     details = expected_epistemic_calibration_error(
         members, y, n_bins=15, seed=3, return_details=True
     )
-    cents = [fit_bins(members[:, :, k].T, 15, seed=3) for k in range(4)]
+    # the classwise default stops Lloyd by the relative-inertia rule (DEFAULT_LLOYD_RTOL)
+    cents = [
+        fit_bins(members[:, :, k].T, 15, seed=3, lloyd_rtol=DEFAULT_LLOYD_RTOL) for k in range(4)
+    ]
     expected = expected_epistemic_calibration_error(
         members, y, binning="kmeans_fit", centroids=cents
     )

@@ -8,6 +8,7 @@ import torch
 
 from bensemble.metrics import expected_epistemic_calibration_error, fit_bins
 from bensemble.metrics._epistemic_checks import partition
+from bensemble.metrics._kmeans import DEFAULT_LLOYD_RTOL
 from bensemble.metrics._kmeans_batched import single_threaded
 from bensemble.metrics._kmeans_classes import (
     MAX_BATCH_SCORES,
@@ -83,6 +84,8 @@ def _assert_same(loop, batched):
         _options(max_iter=3),  # stops at max_iter: labels re-assigned to the final centroids
         _options(tol=0.0),  # only the strict rule stops
         _options(subsample=250),  # subsample fit, then refinement over every row
+        _options(lloyd_rtol=1e-3),  # the classwise default's rule (a looser rtol)
+        _options(lloyd_rtol=3e-4, coreset=100),  # both rules, the coreset fit
     ],
 )
 def test_batched_fits_equal_the_single_threaded_loop(options, workers):
@@ -91,7 +94,8 @@ def test_batched_fits_equal_the_single_threaded_loop(options, workers):
     _assert_same(_loop(xs, 12, 7, options), _batched(xs, 12, 7, options, workers))
 
 
-def test_classes_with_few_distinct_rows_and_duplicates_take_the_per_class_path():
+@pytest.mark.parametrize("rtol", [0.0, 3e-4])
+def test_classes_with_few_distinct_rows_and_duplicates_take_the_per_class_path(rtol):
     xs = [x.clone() for x in _classes(k=5, n=300)]
     xs[1] = xs[1][:3].repeat(100, 1)  # 3 distinct rows < 12 bins
     xs[2][100:] = xs[2][:200]  # duplicated rows, still plenty of distinct ones
@@ -100,7 +104,16 @@ def test_classes_with_few_distinct_rows_and_duplicates_take_the_per_class_path()
     base = 0.5 + 0.125 * torch.arange(20, dtype=F64).view(4, 5) / 20
     xs[4] = base.repeat(75, 1) + 1e-12 * torch.arange(300, dtype=F64)[:, None]
     assert torch.unique(xs[4].to(torch.float32), dim=0).shape[0] == 4
-    _assert_same(_loop(xs, 12, 3, _options()), _batched(xs, 12, 3, _options(), 2))
+    opts = _options(lloyd_rtol=rtol)
+    _assert_same(_loop(xs, 12, 3, opts), _batched(xs, 12, 3, opts, 2))
+
+
+def test_one_class_and_tiny_classes_with_the_default_rule():
+    xs = _classes(k=4, n=200)
+    opts = _options(lloyd_rtol=DEFAULT_LLOYD_RTOL)
+    _assert_same(_loop(xs[:1], 10, 1, opts), _batched(xs[:1], 10, 1, opts, 2))  # K = 1
+    tiny = [xs[0][:3], xs[1][:1], xs[2][:12], xs[3]]  # fewer rows than bins, one row
+    _assert_same(_loop(tiny, 10, 1, opts), _batched(tiny, 10, 1, opts, 2))
 
 
 def test_one_class_and_rows_of_different_classes_never_mix():
@@ -134,22 +147,26 @@ def test_batched_seeding_and_lloyd_equal_the_per_class_functions():
                 assert torch.equal(labels, labels_b)
 
 
-def test_classwise_eece_is_unchanged_against_per_class_fit_bins():
+@pytest.mark.parametrize("lloyd_rtol", [0.0, DEFAULT_LLOYD_RTOL])
+def test_classwise_eece_equals_per_class_fit_bins(lloyd_rtol):
+    # lloyd_rtol=0 is the exact option: the bins of the exact per-class fits, unchanged
     g = torch.Generator().manual_seed(2)
     h, n, k = 4, 600, 7
     z = 2 * torch.randn(h, n, k, generator=g, dtype=F64) + 2 * torch.randn(1, n, k, generator=g)
     members = torch.softmax(z, -1)
     y = torch.randint(0, k, (n,), generator=g)
     details = expected_epistemic_calibration_error(
-        members, y, n_bins=20, seed=11, return_details=True
+        members, y, n_bins=20, seed=11, return_details=True, lloyd_rtol=lloyd_rtol
     )
     with single_threaded():
-        cents = [fit_bins(members[:, :, c].T, 20, seed=11) for c in range(k)]
+        cents = [fit_bins(members[:, :, c].T, 20, seed=11, lloyd_rtol=lloyd_rtol) for c in range(k)]
     expected = expected_epistemic_calibration_error(
         members, y, binning="kmeans_fit", centroids=cents
     )
     assert details.value == expected
     assert details.n_bins_fitted == max(c.shape[0] for c in cents)
+    if lloyd_rtol:
+        assert details.backend_settings["lloyd_rtol"] == lloyd_rtol
 
 
 def test_threads_restored_and_errors_propagate():
