@@ -63,6 +63,7 @@ MAX_BOOTSTRAP = 100_000
 #: Coverage of the percentile intervals.
 LEVEL = 0.95
 _BLOCK_ENTRIES = 1 << 23
+_TRANSPOSE_CHUNK = 4096
 #: Most non-zero entries of the sparse design (about 1.6 GB with its indices); a statistic that
 #: would exceed it is skipped (:meth:`BootstrapPlan.room`) and reported without an interval.
 MAX_DESIGN_ENTRIES = 1 << 26
@@ -83,19 +84,36 @@ def check_bootstrap(value: Any, name: str, fn: str) -> int:
     return int(value)
 
 
-def multinomial_weights(n: int, n_boot: int, *, seed: int) -> Iterator[torch.Tensor]:
-    """Blocks ``[b, n]`` (float64) of multinomial counts, ``n_boot`` rows in all, each summing to n.
+def _transposed(counts: torch.Tensor) -> torch.Tensor:
+    """``counts [b, n]`` as a C-contiguous float64 ``[n, b]``; copied a cache-sized block of
+    points at a time (about twice as fast as one strided copy of the whole block)."""
+    b, n = counts.shape
+    out = torch.empty(n, b, dtype=_F64)
+    for start in range(0, n, _TRANSPOSE_CHUNK):
+        out[start : start + _TRANSPOSE_CHUNK] = counts[:, start : start + _TRANSPOSE_CHUNK].T
+    return out
 
-    One generator seeded with ``seed`` draws ``n`` indices per replicate in sequence, so the
-    replicates do not depend on the block size.
-    """
+
+def _weight_blocks(n: int, n_boot: int, *, seed: int) -> Iterator[torch.Tensor]:
+    """The blocks of :func:`multinomial_weights`, point-major: ``[n, b]`` float64, C-contiguous
+    (the layout the sparse product wants: each point's ``b`` weights side by side)."""
     g = torch.Generator().manual_seed(seed)
     block = max(1, _BLOCK_ENTRIES // max(n, 1))
     for start in range(0, n_boot, block):
         b = min(block, n_boot - start)
         idx = torch.randint(n, (b, n), generator=g)
         idx += torch.arange(b)[:, None] * n
-        yield torch.bincount(idx.view(-1), minlength=b * n).view(b, n).to(_F64)
+        yield _transposed(torch.bincount(idx.view(-1), minlength=b * n).view(b, n))
+
+
+def multinomial_weights(n: int, n_boot: int, *, seed: int) -> Iterator[torch.Tensor]:
+    """Blocks ``[b, n]`` (float64) of multinomial counts, ``n_boot`` rows in all, each summing to n.
+
+    One generator seeded with ``seed`` draws ``n`` indices per replicate in sequence, so the
+    replicates do not depend on the block size.
+    """
+    for wt in _weight_blocks(n, n_boot, seed=seed):
+        yield wt.T
 
 
 def percentile_interval(
@@ -120,48 +138,68 @@ def percentile_interval(
 
 
 class _Design:
-    """Rows of a sparse ``[rows, n]`` matrix, added statistic by statistic."""
+    """A sparse ``[rows, n]`` matrix built column by column: every statistic adds, per point,
+    ``c`` entries (``rows``, ``values`` ``[n, c]``, optionally only where ``keep``). Stored
+    point-major, the entries already are the CSC layout (one column per point): no sort."""
 
     def __init__(self, n: int) -> None:
         self.n = n
-        self.rows: list[np.ndarray] = []
-        self.cols: list[np.ndarray] = []
-        self.vals: list[np.ndarray] = []
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
         self.size = 0
         self.entries = 0
+        self._matrix: Any = None
 
-    def add(self, ids: torch.Tensor, points: torch.Tensor, values: torch.Tensor, slots: int):
+    def add(self, rows: Any, values: Any, slots: int, keep: Any = None) -> slice:
         start = self.size
-        self.rows.append(ids.reshape(-1).to(torch.int64).numpy() + start)
-        self.cols.append(points.reshape(-1).to(torch.int64).numpy())
-        self.vals.append(values.reshape(-1).to(_F64).numpy())
+        r = torch.as_tensor(rows).to(torch.int64).reshape(self.n, -1) + start
+        v = torch.as_tensor(values, dtype=_F64).reshape(self.n, -1)
+        k = None if keep is None else torch.as_tensor(keep).reshape(self.n, -1).numpy()
+        self.parts.append((r.numpy(), v.numpy(), k))
         self.size += slots
-        self.entries += self.vals[-1].shape[0]
+        self.entries += r.numel() if k is None else int(k.sum())
+        self._matrix = None
         return slice(start, start + slots)
 
     def matrix(self):
         from scipy import sparse
 
-        if not self.rows:
+        if not self.parts:
             return None
-        data = (np.concatenate(self.vals), (np.concatenate(self.rows), np.concatenate(self.cols)))
-        # CSC (one column per point): the product with a row-major [n, b] block walks both once
-        return sparse.csc_matrix(data, shape=(self.size, self.n))
+        if self._matrix is None:
+            index = np.int32 if self.size < 2**31 and self.entries < 2**31 else np.int64
+            rows = np.concatenate([p[0] for p in self.parts], axis=1).astype(index)
+            vals = np.concatenate([p[1] for p in self.parts], axis=1)
+            if all(p[2] is None for p in self.parts):
+                width = rows.shape[1]
+                indptr = np.arange(self.n + 1, dtype=index) * width
+                rows, vals = rows.reshape(-1), vals.reshape(-1)
+            else:
+                keep = np.concatenate(
+                    [np.ones(p[0].shape, bool) if p[2] is None else p[2] for p in self.parts],
+                    axis=1,
+                )
+                indptr = np.zeros(self.n + 1, dtype=index)
+                np.cumsum(keep.sum(1), out=indptr[1:])
+                rows, vals = rows[keep], vals[keep]
+            # CSC (one column per point): the product with a row-major [n, b] block walks both once
+            self._matrix = sparse.csc_matrix((vals, rows, indptr), shape=(self.size, self.n))
+        return self._matrix
 
 
 class BootstrapPlan:
     """Statistics of one sample of ``n`` points, evaluated for many bootstrap replicates at once.
 
-    Register statistics (:meth:`mean`, :meth:`binned_gap`, :meth:`eece`, :meth:`auroc`,
-    :meth:`aurc`), then :meth:`run` them over ``n_boot`` replicates (or :meth:`evaluate` them for
-    given weights; all-ones weights give the statistics of the sample itself).
+    Register statistics (:meth:`mean`, :meth:`binned_gap`, :meth:`eece`, :meth:`selective`),
+    then :meth:`run` them over ``n_boot`` replicates (or :meth:`evaluate` them for given
+    weights; all-ones weights give the statistics of the sample itself). Every statistic is a
+    function of weighted per-row sums, and all rows of all statistics come from one sparse
+    product per block of replicates.
     """
 
     def __init__(self, n: int) -> None:
         self.n = int(n)
         self._design = _Design(self.n)
-        self._binned: dict[str, Any] = {}
-        self._ranked: dict[str, Any] = {}
+        self._stats: dict[Any, tuple[str, slice, Any]] = {}
         self._names: list[str] = []  # registration order
         #: statistics left out because their design would not fit (:meth:`room`)
         self.skipped: list[str] = []
@@ -175,14 +213,11 @@ class BootstrapPlan:
         self.skipped.append(name)
         return False
 
-    def _points(self, repeat: int = 1) -> torch.Tensor:
-        return torch.arange(self.n).repeat_interleave(repeat)
-
     def mean(self, name: str, values: torch.Tensor) -> None:
         """``sum_i w_i v_i / n`` for per-point ``values [n]``."""
         v = torch.as_tensor(values, dtype=_F64).reshape(-1)
-        rows = self._design.add(torch.zeros(self.n), self._points(), v, 1)
-        self._binned[name] = ("mean", rows, None)
+        rows = self._design.add(torch.zeros(self.n, dtype=torch.int64), v, 1)
+        self._stats[name] = ("mean", rows, None)
         self._names.append(name)
 
     def binned_gap(self, name: str, ids: torch.Tensor, gaps: torch.Tensor, n_bins: int) -> None:
@@ -191,9 +226,9 @@ class BootstrapPlan:
         p_k``, ``ids`` in ``[0, n_bins)`` per class)."""
         ids = torch.as_tensor(ids).to(torch.int64)
         groups = 1 if ids.ndim == 1 else ids.shape[1]
-        flat = (ids.reshape(self.n, groups) + torch.arange(groups) * n_bins).reshape(-1)
-        rows = self._design.add(flat, self._points(groups), gaps, groups * n_bins)
-        self._binned[name] = ("gap", rows, (groups, n_bins))
+        flat = ids.reshape(self.n, groups) + torch.arange(groups) * n_bins
+        rows = self._design.add(flat, gaps, groups * n_bins)
+        self._stats[name] = ("gap", rows, (groups, n_bins))
         self._names.append(name)
 
     def eece(
@@ -207,15 +242,23 @@ class BootstrapPlan:
         slots: int,
     ) -> None:
         """The EECE with a fixed partition: ``cols [H, G * n]`` member probabilities (group-major),
-        ``outcome``, ``eu`` and ``flat_ids`` (``id + g * slots``) ``[G * n]``."""
+        ``outcome``, ``eu`` and ``flat_ids`` (``id + g * slots``) ``[G * n]``. Rows: per bin the
+        weighted count, sum of outcomes (entries only where the outcome is non-zero), of EU and
+        of every member's probability."""
         h = cols.shape[0]
-        points = torch.arange(self.n).repeat(groups)
         size = groups * slots
-        first = self._design.add(flat_ids, points, torch.ones(flat_ids.shape[0]), size)
-        for values in (outcome, eu, *cols):
-            self._design.add(flat_ids, points, values, size)
-        rows = slice(first.start, first.start + (h + 3) * size)
-        self._binned[name] = ("eece", rows, (h, groups, slots))
+
+        def point_major(t: torch.Tensor) -> torch.Tensor:  # [G * n] -> [n, G]
+            return torch.as_tensor(t).reshape(groups, self.n).T
+
+        ids = point_major(torch.as_tensor(flat_ids).to(torch.int64))
+        values = [torch.ones(self.n, groups, dtype=_F64), point_major(outcome)]
+        values += [point_major(eu), *(point_major(c) for c in cols)]
+        rows = torch.cat([ids + j * size for j in range(h + 3)], 1)
+        keep = torch.ones(self.n, (h + 3) * groups, dtype=torch.bool)
+        keep[:, groups : 2 * groups] = values[1] != 0
+        block = self._design.add(rows, torch.cat(values, 1), (h + 3) * size, keep)
+        self._stats[name] = ("eece", block, (h, groups, slots))
         self._names.append(name)
 
     def selective(
@@ -223,51 +266,67 @@ class BootstrapPlan:
     ) -> None:
         """Misclassification AUROC of the score ``-confidence`` (positives: the errors; ties count
         1/2, as :func:`bensemble.metrics.auroc`) and the AURC of ``confidence`` (ties spread
-        evenly, as :func:`bensemble.metrics.aurc`): both from one pass of per-tie-group weights
-        in decreasing confidence."""
+        evenly, as :func:`bensemble.metrics.aurc`).
+
+        Both need, for each of the ``R`` tie groups of equal confidence that hold an error (in
+        decreasing confidence), three weighted sums, which are design rows like any other: the
+        weight of all points after the previous such group up to this one (a running sum gives
+        the weight before the group), the group's errors and the group's size (see
+        :func:`_selective`). Weights must be integer counts (a resample's)."""
         c, order = torch.sort(torch.as_tensor(confidence, dtype=_F64), descending=True, stable=True)
-        _, inverse = torch.unique_consecutive(c, return_inverse=True)
-        distinct = int(inverse[-1]) + 1 if inverse.numel() else 0
         err = 1.0 - torch.as_tensor(correct, dtype=_F64)[order]
-        grouping = None if distinct == self.n else inverse  # no ties: a group is a point
-        self._ranked[(auroc_name, aurc_name)] = (order, grouping, distinct, err)
+        _, group = torch.unique_consecutive(c, return_inverse=True)
+        n_groups = int(group[-1]) + 1 if group.numel() else 0
+        has_err = torch.zeros(n_groups, dtype=_F64).index_add_(0, group, err) > 0
+        upto = torch.cumsum(has_err, 0)  # error groups up to and including each group
+        r = int(upto[-1]) if n_groups else 0
+        segment = (upto - has_err.long())[group]  # the next error group at or after the point
+        own = upto[group] - 1  # the point's group, when it holds an error
+        in_err = has_err[group]
+        rows = torch.stack([segment, r + own, 2 * r + own], 1).clamp(0, max(3 * r - 1, 0))
+        keep = torch.stack([segment < r, err != 0, in_err], 1)
+        values = torch.stack([torch.ones_like(err), err, torch.ones_like(err)], 1)
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(order.numel())
+        block = self._design.add(rows[inverse], values[inverse], 3 * r, keep[inverse])
+        self._stats[(auroc_name, aurc_name)] = ("selective", block, r)
         self._names += [auroc_name, aurc_name]
 
     # ------------------------------------------------------------------ evaluation
     def run(self, n_boot: int, *, seed: int) -> dict[str, torch.Tensor]:
         """Every statistic for ``n_boot`` replicates: ``name -> [n_boot]`` float64."""
         matrix = self._design.matrix()
-        parts = [self._block(w, matrix) for w in multinomial_weights(self.n, n_boot, seed=seed)]
+        parts = [self._block(w, matrix) for w in _weight_blocks(self.n, n_boot, seed=seed)]
         if not parts:
             return {k: torch.empty(0, dtype=_F64) for k in self._names}
         return {k: torch.cat([p[k] for p in parts]) for k in self._names}
 
     def evaluate(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every statistic for the given weights ``[b, n]`` (rows summing to ``n``)."""
-        return self._block(torch.as_tensor(weights, dtype=_F64), self._design.matrix())
+        wt = torch.as_tensor(weights, dtype=_F64).T.contiguous()
+        return self._block(wt, self._design.matrix())
 
-    def _block(self, w: torch.Tensor, matrix: Any) -> dict[str, torch.Tensor]:
+    def _block(self, wt: torch.Tensor, matrix: Any) -> dict[str, torch.Tensor]:
+        """The statistics of the replicates whose weights are the columns of ``wt [n, b]``."""
+        if matrix is None:
+            return {}
+        sums = np.asarray(matrix @ wt.numpy())  # [rows, b]
         out: dict[str, torch.Tensor] = {}
-        if matrix is not None:
-            sums = torch.from_numpy(np.asarray(matrix @ np.ascontiguousarray(w.T.numpy())))
-            for name, (kind, rows, shape) in self._binned.items():
-                out[name] = _finish(kind, sums[rows], shape, self.n)
-        for (auroc_name, aurc_name), (order, grouping, groups, err) in self._ranked.items():
-            size = w[:, order]
-            errors = size * err
-            if grouping is not None:
-                zeros = torch.zeros(w.shape[0], groups, dtype=_F64)
-                size = zeros.index_add(1, grouping, size)
-                errors = zeros.index_add(1, grouping, errors)
-            out[auroc_name], out[aurc_name] = _selective(size, errors, self._harmonic())
+        for name, (kind, rows, shape) in self._stats.items():
+            if kind == "selective":
+                out[name[0]], out[name[1]] = _selective(sums[rows], shape, self.n, self._g())
+            else:
+                out[name] = _finish(kind, torch.from_numpy(sums[rows]), shape, self.n)
         return out
 
-    def _harmonic(self) -> torch.Tensor:
-        """``H[m] = sum_{i <= m} 1 / i`` for ``m = 0..n`` (``H[0] = 0``)."""
-        if getattr(self, "_h", None) is None:
-            steps = 1.0 / torch.arange(1, self.n + 1, dtype=_F64)
-            self._h = torch.cat([torch.zeros(1, dtype=_F64), torch.cumsum(steps, 0)])
-        return self._h
+    def _g(self) -> np.ndarray:
+        """``G[m] = sum_{t < m} H[t] = m (H[m] - 1)`` for ``m = 0..n`` (``H`` the harmonic
+        numbers, ``H[0] = 0``), with ``H[n]`` appended last."""
+        if getattr(self, "_g_table", None) is None:
+            steps = 1.0 / np.arange(1, self.n + 1, dtype=np.float64)
+            h = np.concatenate([[0.0], np.cumsum(steps)])
+            self._g_table = np.append(np.arange(self.n + 1) * (h - 1.0), h[-1])
+        return self._g_table
 
 
 def _finish(kind: str, s: torch.Tensor, shape: Any, n: int) -> torch.Tensor:
@@ -278,7 +337,7 @@ def _finish(kind: str, s: torch.Tensor, shape: Any, n: int) -> torch.Tensor:
         groups, n_bins = shape
         return s.abs().view(groups, n_bins, -1).sum(1).mean(0) / n
     h, groups, slots = shape
-    s = s.view(h + 3, groups * slots, -1)
+    s = s.reshape(h + 3, groups * slots, -1)
     counts, sum_y, sum_eu, sum_p = s[0], s[1], s[2], s[3:]
     denom = counts.clamp_min(1.0)
     acc = sum_y / denom
@@ -287,32 +346,38 @@ def _finish(kind: str, s: torch.Tensor, shape: Any, n: int) -> torch.Tensor:
     return weighted.view(groups, slots, -1).sum(1).mean(0) / n
 
 
-def _selective(
-    size: torch.Tensor, errors: torch.Tensor, harmonic: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per replicate, from group weights / weighted errors ``[b, G]`` in decreasing confidence
-    (``harmonic [n + 1]``: the harmonic numbers, ``n`` the points of every replicate):
+def _selective(s: np.ndarray, r: int, n: int, g: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """AUROC and AURC per replicate from the rows of :meth:`BootstrapPlan.selective` ``s [3R,
+    b]`` (``g``: :meth:`BootstrapPlan._g`). For the ``R`` tie groups holding an error, in
+    decreasing confidence: ``s_g`` their weight, ``e_g`` their errors, ``a_g`` the weight and
+    ``E_g`` the errors before them (groups without errors only count in ``a_g``):
 
     * AUROC of the errors under the score ``-confidence``: ``sum_g e_g (C_g + c_g / 2) / (E C)``
-      with ``c_g = s_g - e_g`` the correct points of group ``g`` and ``C_g`` those of the groups
-      before it (more confident, i.e. a lower score); NaN without errors or without correct points;
-    * AURC: positions ``a+1..a+s`` of a group (``a`` points before it, ``E_g`` errors before it)
-      hold ``E_g + (i - a) e / s`` errors, so ``sum_i err(i) / i`` over the group is
-      ``(H[a + s] - H[a]) (E_g - a e / s) + e``.
+      with ``c_g = s_g - e_g`` the correct points of group ``g`` and ``C_g = a_g - E_g`` those
+      before it (more confident, i.e. a lower score); NaN without errors or without correct
+      points;
+    * AURC ``= (1 / n) sum_i err(i) / i`` with the errors of a group spread evenly over its
+      positions ``a_g + 1 .. a_g + s_g``, each of which adds ``e_g / s_g`` to ``err(i)`` for
+      every ``i`` at or after it: ``n AURC = E H[n] - sum_g (e_g / s_g) (G[a_g + s_g] -
+      G[a_g])``, ``G[m] = sum_{t < m} H[t]``.
     """
-    n = harmonic.shape[0] - 1
-    upto = torch.cumsum(size, 1)
+    b = s.shape[1]
+    if r == 0:  # no error in the sample: no error in any resample
+        return torch.full((b,), float("nan"), dtype=_F64), torch.zeros(b, dtype=_F64)
+    upto = np.cumsum(s[:r], axis=0)  # weight up to the end of each error group
+    errors, size = s[r : 2 * r], s[2 * r :]
+    errors_upto = np.cumsum(errors, axis=0)
     before = upto - size
-    errors_before = torch.cumsum(errors, 1) - errors
-    total_errors = errors.sum(1)
-    correct_here = size - errors
-    u = (errors * (before - errors_before + 0.5 * correct_here)).sum(1)
-    auroc = u / (total_errors * (n - total_errors))
-    # counts are exact integers in float64: .long() is exact
-    d_h = harmonic[upto.long()] - harmonic[before.long()]
-    rate = errors / size.clamp_min(1.0)  # an empty group has no errors: 0
-    aurc = ((d_h * (errors_before - rate * before)).sum(1) + total_errors) / n
-    return auroc, aurc
+    correct_before = before - (errors_upto - errors)
+    u = (errors * (correct_before + 0.5 * (size - errors))).sum(0)
+    total = errors_upto[-1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        auroc = u / (total * (n - total))
+        rate = np.where(size > 0, errors / np.maximum(size, 1.0), 0.0)
+    # counts are exact integers in float64: the casts are exact
+    spread = g[upto.astype(np.int64)] - g[before.astype(np.int64)]
+    aurc = (total * g[-1] - (rate * spread).sum(0)) / n
+    return torch.from_numpy(auroc), torch.from_numpy(aurc)
 
 
 def calibrated_ece_null(
@@ -320,18 +385,22 @@ def calibrated_ece_null(
 ) -> torch.Tensor:
     """ECE of ``n_draws`` label sets redrawn from the model itself (``correct_i ~ Bernoulli(
     confidence_i)``), bins ``ids [n]`` fixed: what a perfectly calibrated model with these
-    confidences would score at this sample size. Returns ``[n_draws]``."""
+    confidences would score at this sample size. Returns ``[n_draws]``.
+
+    A draw is ``u_i < confidence_i`` with ``u`` uniform (exactly ``torch.bernoulli``'s draw
+    from the same generator); per bin, ``sum (correct - confidence) = (successes) - (sum of
+    confidences)``, the successes from one weighted ``bincount`` per block of draws."""
     c = torch.as_tensor(confidence, dtype=_F64).reshape(-1)
     n = c.shape[0]
-    design = _Design(n)
-    design.add(torch.as_tensor(ids), torch.arange(n), torch.ones(n), n_bins)
-    matrix = design.matrix()
+    ids = torch.as_tensor(ids).to(torch.int64).reshape(-1)
+    expected = torch.bincount(ids, weights=c, minlength=n_bins)
     g = torch.Generator().manual_seed(seed)
     block = max(1, _BLOCK_ENTRIES // max(n, 1))
     out = []
     for start in range(0, n_draws, block):
         b = min(block, n_draws - start)
-        gaps = torch.bernoulli(c.expand(b, n), generator=g) - c
-        sums = np.asarray(matrix @ np.ascontiguousarray(gaps.T.numpy()))
-        out.append(torch.from_numpy(np.abs(sums).sum(0)) / n)
+        hits = torch.rand(b, n, generator=g, dtype=_F64).lt_(c)  # 1.0 where drawn correct
+        flat = (ids + torch.arange(b)[:, None] * n_bins).view(-1)
+        sums = torch.bincount(flat, weights=hits.view(-1), minlength=b * n_bins)
+        out.append((sums.view(b, n_bins) - expected).abs().sum(1) / n)
     return torch.cat(out) if out else torch.empty(0, dtype=_F64)
