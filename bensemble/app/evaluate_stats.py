@@ -90,6 +90,7 @@ def eece_partition(
     member columns are put in the same canonical member order, so all-ones weights give
     ``details.seed_values[0]`` (a test checks it). The bins stay fixed in every replicate.
     """
+    from bensemble.metrics._eece_stats import _member_variance
     from bensemble.metrics._epistemic_checks import canonical_member_order, check_member_probs
 
     fn = "eece_partition"
@@ -113,7 +114,7 @@ def eece_partition(
     slots = details.counts.shape[-1]
     ids = details.point_bins.reshape(k, n).to(torch.int64)
     flat = (ids + torch.arange(k)[:, None] * slots).reshape(-1)
-    eu = cols.var(0, unbiased=False)
+    eu = _member_variance(cols)
     return {
         "cols": cols,
         "outcome": outcome,
