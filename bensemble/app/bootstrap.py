@@ -152,9 +152,10 @@ class _Design:
 
     def add(self, rows: Any, values: Any, slots: int) -> slice:
         start = self.size
-        r = torch.as_tensor(rows).reshape(self.n, -1).numpy() + start
+        r = torch.as_tensor(rows).reshape(self.n, -1).numpy()
+        r = r.astype(np.int32 if start + slots < 2**31 else np.int64, copy=False)
         v = torch.as_tensor(values, dtype=_F64).reshape(self.n, -1).numpy()
-        self.parts.append((r.astype(np.int32) if start + slots < 2**31 else r, v))
+        self.parts.append((r + start if start else r, v))
         self.size += slots
         self.entries += r.size
         self._matrix = None
@@ -233,24 +234,28 @@ class BootstrapPlan:
         ``outcome``, ``eu`` and ``flat_ids`` (``id + g * slots``) ``[G * n]``. Rows: per bin the
         weighted count, sum of outcomes (entries only where the outcome is non-zero), of EU and
         of every member's probability (a bin's ``h + 3`` rows adjacent)."""
-        h = cols.shape[0]
+        h, n = cols.shape[0], self.n
         size = groups * slots
-
-        def point_major(t: torch.Tensor) -> torch.Tensor:  # [G * n] -> [n, G]
-            return torch.as_tensor(t).reshape(groups, self.n).T
-
-        ids = point_major(torch.as_tensor(flat_ids).to(torch.int64))
-        y = point_major(torch.as_tensor(outcome, dtype=_F64))
-        # a bin's h + 3 rows side by side: a point's entries of one class hit one small block
-        # of the output (cache-friendly), about 2x faster than one block of rows per quantity
-        rows = [ids * (h + 3) + j for j in range(h + 3)]
-        values = [torch.ones(self.n, groups, dtype=_F64), y, point_major(eu)]
-        values += [point_major(c) for c in cols]
-        if groups > 1 and bool(((y != 0).sum(1) <= 1).all()):
+        index = torch.int32 if (h + 3) * size < 2**31 else torch.int64
+        ids = torch.as_tensor(flat_ids).to(index).reshape(groups, n).T  # [n, G]
+        y = torch.as_tensor(outcome, dtype=_F64).reshape(groups, n).T
+        # per point and group: count, EU and the h members' probabilities, in the rows of
+        # their bin; a bin's h + 3 rows are adjacent, so a point's entries of one group hit
+        # one small block of the output (cache-friendly, about 2x faster than row blocks)
+        rows = ids[:, :, None] * (h + 3) + torch.tensor([0, *range(2, h + 3)], dtype=index)
+        values = torch.empty(n, groups, h + 2, dtype=_F64)
+        values[:, :, 0] = 1.0
+        values[:, :, 1] = torch.as_tensor(eu, dtype=_F64).reshape(groups, n).T
+        values[:, :, 2:] = torch.as_tensor(cols, dtype=_F64).reshape(h, groups, n).permute(2, 1, 0)
+        rows, values = rows.reshape(n, -1), values.view(n, -1)
+        if groups == 1 or bool(((y != 0).sum(1) <= 1).all()):
             # one-vs-rest outcomes: one entry per point, in its class's row (the rest are 0)
             k = y.abs().argmax(1, keepdim=True)
-            rows[1], values[1] = rows[1].gather(1, k), y.gather(1, k)
-        block = self._design.add(torch.cat(rows, 1), torch.cat(values, 1), (h + 3) * size)
+            y_rows, y = ids.gather(1, k) * (h + 3) + 1, y.gather(1, k)
+        else:
+            y_rows = ids * (h + 3) + 1
+        rows, values = torch.cat([rows, y_rows], 1), torch.cat([values, y], 1)
+        block = self._design.add(rows, values, (h + 3) * size)
         self._stats[name] = ("eece", block, (h, groups, slots))
         self._names.append(name)
 

@@ -110,15 +110,18 @@ def bootstrap_plan(ev: Evaluation) -> BootstrapPlan:
         plan.mean("conformal:mean_set_size", sets.sum(1))
         plan.mean("conformal:empty_set_rate", ~sets.any(1))
     if ev.ensemble is not None:
+        from bensemble.metrics._eece_stats import _member_variance
         from bensemble.uncertainty import decompose_classification_uncertainty
 
         total, aleatoric, epistemic = decompose_classification_uncertainty(ev.member_probs)
         plan.mean("ensemble:mean_total", total)
         plan.mean("ensemble:mean_aleatoric", aleatoric)
         plan.mean("ensemble:mean_epistemic", epistemic)
-        variance = ev.member_probs.to(torch.float64).var(0, unbiased=False).mean(1)
-        plan.mean("ensemble:mean_member_variance", variance)
         m, n, k = ev.member_probs.shape
+        # = .var(0, unbiased=False).mean(1), the two-pass kernel of the EECE (about 3x faster)
+        flat = ev.member_probs.to(torch.float64).reshape(m, n * k)
+        variance = _member_variance(flat).view(n, k).mean(1)
+        plan.mean("ensemble:mean_member_variance", variance)
         if plan.room("ensemble:eece", (m + 3) * n * k):
             partition = eece_partition(ev.member_probs, labels, ev.eece_details)
             plan.eece("ensemble:eece", **partition)
