@@ -193,7 +193,11 @@ def summarise(ev: Evaluation, *, stage: Callable[[str], AbstractContextManager])
     reported["ensemble"] = ev.ensemble or {}
     null_q95, skipped = None, []
     if s["bootstrap"] > 0:
-        with stage(f"bootstrap ({s['bootstrap']} replicates)"):
+        from bensemble.metrics._kmeans_batched import single_threaded
+
+        # one torch thread: the heavy parts (sparse products, numpy) are single-threaded
+        # anyway, and the rest costs 2-3x the CPU time on a loaded machine with more
+        with stage(f"bootstrap ({s['bootstrap']} replicates)"), single_threaded():
             plan = bootstrap_plan(ev)
             ev.intervals = stage_intervals(plan.run(s["bootstrap"], seed=s["seed"]), reported)
             skipped = plan.skipped
