@@ -85,20 +85,20 @@ def eece_partition(
 ) -> dict[str, Any]:
     """The arguments of :meth:`BootstrapPlan.eece` for the partition behind ``details``.
 
-    Rebuilds the K-means bins of :func:`bensemble.metrics.expected_epistemic_calibration_error`
-    (the same canonical member order, per-class fits, first seed and resolved ``n_bins``), so
-    all-ones weights give ``details.seed_values[0]`` (a test checks it). The bins stay fixed in
-    every replicate.
+    The bins are ``details.point_bins`` (the first seed's partition of
+    :func:`bensemble.metrics.expected_epistemic_calibration_error`, nothing refitted); the
+    member columns are put in the same canonical member order, so all-ones weights give
+    ``details.seed_values[0]`` (a test checks it). The bins stay fixed in every replicate.
     """
-    from bensemble.metrics._epistemic_checks import (
-        canonical_member_order,
-        check_member_probs,
-        partition,
-    )
-    from bensemble.metrics._kmeans import DEFAULT_REFINE, DEFAULT_SUBSAMPLE, MIN_MINIBATCH
-    from bensemble.metrics._kmeans_batched import map_classes
+    from bensemble.metrics._eece_stats import _member_variance
+    from bensemble.metrics._epistemic_checks import canonical_member_order, check_member_probs
 
     fn = "eece_partition"
+    if getattr(details, "point_bins", None) is None:
+        raise ValueError(
+            f"{fn}: `details` must carry the per-point bins (EECEDetails.point_bins) (got "
+            f"{type(details).__name__} without them)"
+        )
     p = check_member_probs(member_probs, fn, binary)
     order = canonical_member_order(p)
     if order is not None:
@@ -111,30 +111,10 @@ def eece_partition(
         outcome = (y[None, :] == torch.arange(k)[:, None]).reshape(-1).to(_F64)
     else:
         k, cols, outcome = 1, p, (y == 1).to(_F64)
-    options = {
-        "subsample": DEFAULT_SUBSAMPLE,
-        "refine": DEFAULT_REFINE,
-        "max_iter": 300,
-        "tol": 1e-4,
-        "batch_size": MIN_MINIBATCH,
-    }
-
-    def fit_class(c: int):
-        return partition(
-            cols[:, c * n : (c + 1) * n].T,
-            binning="kmeans",
-            n_bins=details.n_bins,
-            centroids=None,
-            backend="auto",
-            seed=details.seeds[0],
-            fit_options=options,
-        )
-
-    results = map_classes(fit_class, k) if k > 1 else [fit_class(0)]
-    ids = [r[0] for r in results]
-    slots = max(r[1] for r in results)
-    flat = torch.cat(ids) + torch.arange(k).repeat_interleave(n) * slots
-    eu = cols.var(0, unbiased=False)
+    slots = details.counts.shape[-1]
+    ids = details.point_bins.reshape(k, n).to(torch.int64)
+    flat = (ids + torch.arange(k)[:, None] * slots).reshape(-1)
+    eu = _member_variance(cols)
     return {
         "cols": cols,
         "outcome": outcome,

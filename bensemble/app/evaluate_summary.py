@@ -110,15 +110,18 @@ def bootstrap_plan(ev: Evaluation) -> BootstrapPlan:
         plan.mean("conformal:mean_set_size", sets.sum(1))
         plan.mean("conformal:empty_set_rate", ~sets.any(1))
     if ev.ensemble is not None:
+        from bensemble.metrics._eece_stats import _member_variance
         from bensemble.uncertainty import decompose_classification_uncertainty
 
         total, aleatoric, epistemic = decompose_classification_uncertainty(ev.member_probs)
         plan.mean("ensemble:mean_total", total)
         plan.mean("ensemble:mean_aleatoric", aleatoric)
         plan.mean("ensemble:mean_epistemic", epistemic)
-        variance = ev.member_probs.to(torch.float64).var(0, unbiased=False).mean(1)
-        plan.mean("ensemble:mean_member_variance", variance)
         m, n, k = ev.member_probs.shape
+        # = .var(0, unbiased=False).mean(1), the two-pass kernel of the EECE (about 3x faster)
+        flat = ev.member_probs.to(torch.float64).reshape(m, n * k)
+        variance = _member_variance(flat).view(n, k).mean(1)
+        plan.mean("ensemble:mean_member_variance", variance)
         if plan.room("ensemble:eece", (m + 3) * n * k):
             partition = eece_partition(ev.member_probs, labels, ev.eece_details)
             plan.eece("ensemble:eece", **partition)
@@ -190,7 +193,11 @@ def summarise(ev: Evaluation, *, stage: Callable[[str], AbstractContextManager])
     reported["ensemble"] = ev.ensemble or {}
     null_q95, skipped = None, []
     if s["bootstrap"] > 0:
-        with stage(f"bootstrap ({s['bootstrap']} replicates)"):
+        from bensemble.metrics._kmeans_batched import single_threaded
+
+        # one torch thread: the heavy parts (sparse products, numpy) are single-threaded
+        # anyway, and the rest costs 2-3x the CPU time on a loaded machine with more
+        with stage(f"bootstrap ({s['bootstrap']} replicates)"), single_threaded():
             plan = bootstrap_plan(ev)
             ev.intervals = stage_intervals(plan.run(s["bootstrap"], seed=s["seed"]), reported)
             skipped = plan.skipped
