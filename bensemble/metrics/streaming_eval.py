@@ -37,7 +37,13 @@ from bensemble import _progress
 from bensemble._validation import as_labels, check_bool, check_positive_int
 from bensemble.metrics._chunked_rows import MemberRows, open_memmap
 from bensemble.metrics._epistemic_checks import WARN_OCCUPANCY, resolve_n_bins
-from bensemble.metrics._kmeans import DEFAULT_REFINE, DEFAULT_SUBSAMPLE, _fit, resolve_seed
+from bensemble.metrics._kmeans import (
+    DEFAULT_LLOYD_RTOL,
+    DEFAULT_REFINE,
+    DEFAULT_SUBSAMPLE,
+    _fit,
+    resolve_seed,
+)
 from bensemble.metrics._kmeans_batched import map_classes, single_threaded
 from bensemble.metrics.streaming import (
     AccuracyMeter,
@@ -156,7 +162,8 @@ def fit_centroids_chunked(
     progress: bool = False,
 ) -> list[list[torch.Tensor]]:
     """Per seed, the per-class K-means centroids exactly as the in-memory classwise EECE fits
-    them on the part ``positions`` (same seed, same subsample rows; refinement and assignment
+    them on the part ``positions`` (same seed, same subsample rows, same Lloyd stopping rule
+    ``lloyd_rtol``; refinement and assignment
     streamed over the array, ``block`` rows per read; members in ``order``)."""
     n_part = rows.n if positions is None else len(positions)
     ascending = None if positions is None else np.sort(positions)  # shared by every class
@@ -169,7 +176,14 @@ def fit_centroids_chunked(
                 x = x[np.arange(n_part)]
             out = []
             for s in seeds:
-                fit = _fit(x, n_bins, seed=s, subsample=DEFAULT_SUBSAMPLE, refine=DEFAULT_REFINE)
+                fit = _fit(
+                    x,
+                    n_bins,
+                    seed=s,
+                    subsample=DEFAULT_SUBSAMPLE,
+                    refine=DEFAULT_REFINE,
+                    lloyd_rtol=DEFAULT_LLOYD_RTOL,  # the in-memory classwise default
+                )
                 out.append(fit.centroids)
                 bar.update(1)
             return out
