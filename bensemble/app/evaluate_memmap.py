@@ -10,17 +10,27 @@
   temperature and conformal calibration rows are gathered into memory as ensemble-mean
   probabilities ``[n_cal, K]`` (ascending reads from the file, a chunk at a time) and fitted
   exactly as in memory; the test part is streamed: unscaled and
-  temperature-scaled metrics (``log p / T`` per chunk) and conformal coverage / set size as
-  additive sums. Randomised APS / RAPS sets get the uniforms the in-memory ``predict_set`` draws
-  for each test sample (held as one float64 per sample).
+  temperature-scaled metrics (``log p / T`` per chunk) and conformal coverage / set size /
+  empty sets as additive counts (:mod:`bensemble.app.evaluate_split`). Randomised APS / RAPS
+  sets get the uniforms the in-memory ``predict_set`` draws for each test sample (held as one
+  float64 per sample).
 
-Besides the chunk, memory holds the labels and, with a split, one boolean per sample and the
-test indices. The figures of the report come from the streamed sums: the reliability diagrams
-from the ECE's per-bin sums, the epistemic reliability diagram from the EECE's.
+Every table of the in-memory report is there with the same numbers except the bootstrap
+intervals (``setup["bootstrap"]`` is 0, and the verdicts read the point estimates as with
+``--bootstrap 0``): the per-class table and the conformal empty-set rate and per-class coverage
+are additive sums per chunk. The selective table (misclassification AUROC, AURC) and the
+risk-coverage figure rank every confidence, so they are computed exactly, by the in-memory
+functions, from the **gathered** part: one float64 confidence ``max_k p_k`` and one boolean
+"argmax is right" per reported sample and stage (``O(N)`` scalars, not ``O(N * M * K)``).
+
+Besides the chunk, memory holds the labels, those gathered scalars and, with a split, one boolean
+per sample and the test indices. The other figures come from the streamed sums: the reliability
+diagrams from the ECE's per-bin sums, the epistemic reliability diagram from the EECE's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +42,9 @@ from bensemble import _validation as V
 from bensemble.app._options import check_seed
 from bensemble.app.evaluate import CONFORMAL_SCORES, Evaluation, split_indices
 from bensemble.app.evaluate_cli import PROG
+from bensemble.app.evaluate_report import top_confidence
+from bensemble.app.evaluate_split import CalibratedPart
+from bensemble.app.evaluate_stats import class_rows, selective_from_confidence
 from bensemble.metrics._epistemic_checks import resolve_n_bins
 from bensemble.metrics._kmeans import resolve_seed
 from bensemble.metrics._kmeans_batched import single_threaded
@@ -79,8 +92,10 @@ def evaluate_memmap(
         name, source: the argument and the file named in messages about the predictions.
 
     Returns:
-        A :class:`ChunkedEvaluation` with the same ``setup``, ``metrics``, ``ensemble``,
-        ``conformal`` and ``temperature`` as the in-memory :class:`Evaluation`.
+        A :class:`ChunkedEvaluation` with the numbers of the in-memory :class:`Evaluation`
+        with ``bootstrap=0`` (``setup``, ``metrics``, ``selective``, ``ensemble``,
+        ``conformal``, ``temperature``, ``per_class``, ``notes``, ``verdicts``), up to float64
+        summation order.
     """
     fn = "evaluate_predictions"
     where = fn if source is None else source
@@ -103,6 +118,7 @@ def evaluate_memmap(
         "n_bins": n_bins,
         "seed": seed,
         "calibration_split": calibration_split,
+        "bootstrap": 0,  # intervals need every sample in memory
     }
     split = None
     if calibration_split is None:
@@ -112,7 +128,7 @@ def evaluate_memmap(
         temp_idx, conf_idx, test = split_indices(n, calibration_split, seed=seed)
         setup.update(n_temperature=len(temp_idx), n_conformal=len(conf_idx), n_test=len(test))
         positions = test.numpy()
-        split = _Calibrated(
+        split = CalibratedPart(
             rows, y, temp_idx, conf_idx, test, conformal_score, alpha, seed, chunk_size
         )
         setup["temperature_converged"] = split.converged
@@ -130,9 +146,14 @@ def evaluate_memmap(
         )
         eece = [EECEMeter(c) for c in fits]
         uncertainty = UncertaintyMeter()
+    variance = torch.zeros((), dtype=torch.float64)  # sum of Var_m p_m(y = k) over samples, k
 
     unscaled = metric_meters(k, n_bins)
     scaled = metric_meters(k, n_bins) if split is not None else {}
+    # (confidence, correct) per reported sample and stage: O(N) scalars, in file order
+    gathered = {"unscaled": _Gathered(n_part)}
+    if split is not None:
+        gathered["scaled"] = _Gathered(n_part)
     # single-threaded kernels: a chunk is too small for intra-op threads, whose barriers stall on
     # a busy machine (bench_streaming: 10x slower with 2 threads on a loaded 2-core machine)
     bar = _progress.progress(total=n, enabled=enabled, desc=PROG, unit="rows")
@@ -150,10 +171,13 @@ def evaluate_memmap(
             mean = p.mean(0)
             for meter in unscaled.values():
                 meter.update(mean, yb)
+            gathered["unscaled"].add(mean, yb)
             if split is not None:
-                split.update(mean, yb, scaled, start, keep)
+                probs = split.update(mean, yb, scaled, start, keep)
+                gathered["scaled"].add(probs, yb)
             if m > 1:
                 uncertainty.update(p)
+                variance += p.var(0, unbiased=False).sum()
                 p_eece = p if order is None else p[order]
                 for meter in eece:
                     meter.update(p_eece, yb)
@@ -162,25 +186,33 @@ def evaluate_memmap(
         warnings.warn(_SIMPLEX_WARNING.format(name=name, fn=where), UserWarning, stacklevel=2)
 
     part = "all" if split is None else "test"
+    # the gathered scalars in the order of the in-memory part (the test indices' order)
+    back = None if positions is None else torch.argsort(torch.from_numpy(positions))
+    confidence = {key: g.in_part_order(back) for key, g in gathered.items()}
     metrics = [{"stage": "unscaled", "part": part, "n": n_part}]
     metrics[0].update({key: meter.compute() for key, meter in unscaled.items()})
+    selective = [{"stage": "unscaled", **selective_from_confidence(*confidence["unscaled"])}]
     conformal, temperature = None, None
     if split is not None:
         temperature = split.temperature
         row = {"stage": f"temperature-scaled (T={temperature:.3f})", "part": "test", "n": n_part}
         row.update({key: meter.compute() for key, meter in scaled.items()})
         metrics.append(row)
+        stage = row["stage"]
+        selective.append({"stage": stage, **selective_from_confidence(*confidence["scaled"])})
         conformal = split.conformal(len(conf_idx), n_part)
     ensemble, details = None, None
     if m > 1:
         ensemble = {"members": m}
         ensemble.update({f"mean_{key}": v for key, v in uncertainty.compute().items()})
+        ensemble["mean_member_variance"] = float(variance / (n_part * k))
         ensemble.update(eece_result(eece, seeds, bins, n_part))
         details = ensemble.pop("details")
     reliability = {"reliability": unscaled["ece"].bins}
     if split is not None:
         reliability["reliability_scaled"] = scaled["ece"].bins
-    return ChunkedEvaluation(
+    y_part = y if positions is None else y[torch.from_numpy(positions)]
+    ev = ChunkedEvaluation(
         setup=setup,
         metrics=metrics,
         ensemble=ensemble,
@@ -191,8 +223,65 @@ def evaluate_memmap(
         member_probs=None,
         labels=None,
         eece_details=details,
+        selective=selective,
+        per_class=_per_class(k, y_part, confidence["unscaled"][1], unscaled, scaled, split),
         reliability_bins=reliability,
+        confidence=confidence,
     )
+    from bensemble.app.evaluate_summary import summarise
+
+    summarise(ev, stage=lambda label: contextlib.nullcontext())  # notes and verdicts
+    return ev
+
+
+class _Gathered:
+    """One float64 confidence and one boolean "argmax is right" per reported sample, filled a
+    chunk at a time in file order (preallocated: ``9 * n`` bytes, no per-chunk list)."""
+
+    def __init__(self, n: int) -> None:
+        self.confidence = torch.empty(n, dtype=torch.float64)
+        self.correct = torch.empty(n, dtype=torch.bool)
+        self.filled = 0
+
+    def add(self, probs: torch.Tensor, labels: torch.Tensor) -> None:
+        conf, correct = top_confidence(probs, labels)
+        stop = self.filled + conf.shape[0]
+        self.confidence[self.filled : stop] = conf
+        self.correct[self.filled : stop] = correct
+        self.filled = stop
+
+    def in_part_order(self, back: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(confidence, correct)`` in the part's order: the file order is the sorted test
+        indices, ``back`` (their argsort) undoes the sort; ``None``: all samples, in order."""
+        assert self.filled == self.confidence.shape[0]
+        if back is None:
+            return self.confidence, self.correct
+        conf, correct = torch.empty_like(self.confidence), torch.empty_like(self.correct)
+        conf[back], correct[back] = self.confidence, self.correct
+        return conf, correct
+
+
+def _per_class(k, labels, correct, unscaled, scaled, split) -> list[dict[str, Any]] | None:
+    """The per-class table of the in-memory report from the streamed sums: support and accuracy
+    from the gathered correctness, each class's classwise-ECE term from the classwise ECE
+    meters' per-bin sums, the conformal coverage from per-class counts."""
+    from bensemble.app.evaluate import MAX_PER_CLASS
+    from bensemble.metrics.calibration import _norm_from_sums
+
+    if k > MAX_PER_CLASS:
+        return None
+    support = torch.bincount(labels, minlength=k)
+    hits = torch.bincount(labels, weights=correct.to(torch.float64), minlength=k)
+    cols = {"support": support.tolist(), "accuracy": (hits / support.clamp_min(1)).tolist()}
+    stages = {"classwise_ece": unscaled}
+    if split is not None:
+        stages = {"classwise_ece_unscaled": unscaled, "classwise_ece_scaled": scaled}
+    for name, meters in stages.items():
+        state = meters["classwise_ece"].state
+        cols[name] = _norm_from_sums(state["counts"], state["sum_p"], state["hits"], "l1").tolist()
+    if split is not None:
+        cols["coverage"] = (split.covered_per_class / support.to(torch.float64)).tolist()
+    return class_rows(cols)
 
 
 @dataclass
@@ -201,9 +290,44 @@ class ChunkedEvaluation(Evaluation):
     (``probs``, ``scaled_probs``, ``member_probs`` and ``labels`` are ``None``); the figures come
     from the streamed sums instead: ``reliability_bins`` (the top-label ECE's
     :class:`~bensemble.metrics.CalibrationBins`, ``"reliability"`` and with a split
-    ``"reliability_scaled"``) and ``eece_details`` (rebuilt from the EECE's per-bin sums)."""
+    ``"reliability_scaled"``), ``eece_details`` (rebuilt from the EECE's per-bin sums) and
+    ``confidence`` (``"unscaled"`` and with a split ``"scaled"``: the gathered
+    ``(max_k p_k, argmax is right)`` per reported sample, for the risk-coverage curves)."""
 
     reliability_bins: dict[str, Any] = field(default_factory=dict, repr=False)
+    confidence: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def figure_makers(self) -> dict[str, Any]:
+        """The report's figures (file stem -> function drawing it) for
+        :func:`~bensemble.app.evaluate_report.write_evaluation`: reliability diagrams from the
+        ECE's per-bin sums, the epistemic one from the EECE's, the risk-coverage curves from the
+        gathered confidences."""
+        from bensemble import plots
+        from bensemble.app.evaluate_report import risk_coverage_figure
+
+        def reliability(bins: Any, name: str | None) -> Any:
+            lower, upper = plots.wilson_interval(bins.sum_correct, bins.counts, 0.95)
+            return plots.ReliabilityDisplay(bins, lower, upper, name=name).plot().figure_
+
+        bins = self.reliability_bins
+        makers: dict[str, Any] = {}
+        curves = {"unscaled": self.confidence["unscaled"]}
+        if self.temperature is None:
+            makers["reliability"] = lambda: reliability(bins["reliability"], None)
+        else:
+            scaled = f"T = {self.temperature:.3f}"
+            makers["reliability"] = lambda: reliability(bins["reliability"], "unscaled")
+            makers["reliability_scaled"] = lambda: reliability(bins["reliability_scaled"], scaled)
+            curves[scaled] = self.confidence["scaled"]
+        if self.eece_details is not None:
+            details = self.eece_details
+            makers["epistemic_reliability"] = lambda: (
+                plots.EpistemicReliabilityDisplay.from_details(details, name="ensemble")
+                .plot()
+                .figure_
+            )
+        makers["risk_coverage"] = lambda: risk_coverage_figure(curves)
+        return makers
 
 
 _SIMPLEX_WARNING = (
@@ -211,86 +335,3 @@ _SIMPLEX_WARNING = (
     "logits=True applies a softmax to probabilities - a second softmax that flattens them; "
     "leave logits out if these are probabilities"
 )
-
-
-def _gathered_mean(rows, index: torch.Tensor, chunk: int) -> torch.Tensor:
-    """The member mean ``[n, K]`` of the rows ``index`` (in that order), ``chunk`` rows per read:
-    the calibration part is held as ensemble-mean probabilities, not ``M`` members."""
-    index = index.numpy()
-    parts = [rows.take(index[a : a + chunk]).mean(0) for a in range(0, len(index), chunk)]
-    rows.release()
-    return torch.cat(parts)
-
-
-class _Calibrated:
-    """The calibration part fitted in memory (temperature, conformal threshold) and the
-    streamed test-part sums of the scaled metrics and the conformal sets."""
-
-    def __init__(self, rows, y, temp_idx, conf_idx, test, score, alpha, seed, chunk) -> None:
-        from bensemble.calibration import CalibrationFitError, TemperatureScaling
-        from bensemble.conformal import SplitConformalClassifier
-
-        fn = "evaluate_predictions"
-        n = rows.n
-        scaler = TemperatureScaling(on_boundary="warn")
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                scaler.fit(self._log_mean(_gathered_mean(rows, temp_idx, chunk)), y[temp_idx])
-        except CalibrationFitError as exc:
-            raise ValueError(
-                f"{fn}: cannot fit a temperature on the calibration part ({exc})"
-            ) from None
-        self.scaler = scaler
-        self.temperature = float(scaler.temperature.item())
-        notes = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
-        self.converged = bool(scaler.converged_)
-        self.warning = " ".join(" ".join(notes).split()) or None
-        self.cp = SplitConformalClassifier(
-            score, alpha=alpha, generator=torch.Generator().manual_seed(seed)
-        )
-        self.cp.calibrate(self.scale(_gathered_mean(rows, conf_idx, chunk)), y[conf_idx])
-        # the uniforms predict_set would draw for the test part, in test order, kept per row
-        u = self.cp._uniforms(len(test), torch.device("cpu"))
-        self.u = None
-        if u is not None:
-            self.u = torch.zeros(n, dtype=torch.float64)
-            self.u[test] = u
-        self.is_test = torch.zeros(n, dtype=torch.bool)
-        self.is_test[test] = True
-        self.covered = self.size = 0
-
-    @staticmethod
-    def _log_mean(mean: torch.Tensor) -> torch.Tensor:
-        return mean.clamp_min(torch.finfo(mean.dtype).tiny).log()
-
-    def scale(self, mean: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            return torch.softmax(self.scaler(self._log_mean(mean)).to(torch.float64), dim=-1)
-
-    def update(self, mean, yb, meters, start: int, keep: torch.Tensor) -> None:
-        from bensemble.conformal.split import lac_cutoff
-
-        probs = self.scale(mean)
-        for meter in meters.values():
-            meter.update(probs, yb)
-        cp = self.cp
-        if self.u is None and cp.score == "lac":
-            sets = probs >= lac_cutoff(cp.threshold_, probs.dtype, probs.device)
-        else:
-            u = None if self.u is None else self.u[start : start + keep.shape[0]][keep]
-            sets = cp._scores(probs, u) <= cp.threshold_
-        self.covered += int(sets.gather(1, yb[:, None]).sum())
-        self.size += int(sets.sum())
-
-    def conformal(self, n_calibration: int, n_test: int) -> dict[str, Any]:
-        alpha = self.cp.alpha
-        return {
-            "score": self.cp.score,
-            "alpha": alpha,
-            "target_coverage": 1.0 - alpha,
-            "coverage": self.covered / n_test,
-            "mean_set_size": self.size / n_test,
-            "n_calibration": n_calibration,
-            "n_test": n_test,
-        }

@@ -19,7 +19,15 @@ from bensemble.app.report import Report, environment, markdown_table
 if TYPE_CHECKING:
     from bensemble.app.evaluate import Evaluation
 
-__all__ = ["PngBytes", "planned_files", "png_bytes", "write_evaluation"]
+__all__ = [
+    "PngBytes",
+    "draw_figures",
+    "planned_files",
+    "png_bytes",
+    "risk_coverage_figure",
+    "top_confidence",
+    "write_evaluation",
+]
 
 
 def planned_files(
@@ -46,13 +54,31 @@ def planned_files(
     return files
 
 
-def _figures(ev: Evaluation, n_bins: int) -> tuple[dict[str, Any], list[str]]:
-    """Figures of the report keyed by file stem, as PNG bytes drawn in memory (nothing is written).
+def top_confidence(probs: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``max_k p_k`` (float64) and whether the argmax is right (bool), per sample: what the
+    risk-coverage figure draws (``--chunk-size`` gathers exactly these two per test sample)."""
+    pred = probs.argmax(1)
+    return probs.gather(1, pred[:, None]).squeeze(1).to(torch.float64), pred == labels
 
-    A figure that fails to draw is left out; the second item lists why, one line each.
-    """
+
+def risk_coverage_figure(curves: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    """The risk-coverage figure of the named ``(confidence, correct)`` pairs, on one axis."""
     import matplotlib.pyplot as plt
 
+    from bensemble import plots
+
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for name, (conf, correct) in curves.items():
+        display = plots.RiskCoverageDisplay.from_predictions(
+            conf, correct.to(torch.float64), name=name
+        )
+        display.plot(ax=ax)
+    ax.set_title("Risk-coverage (confidence: max_k p_k)")
+    return fig
+
+
+def _makers(ev: Evaluation, n_bins: int) -> dict[str, Any]:
+    """The report's figures of an in-memory evaluation, keyed by file stem (functions that draw)."""
     from bensemble import plots
 
     def reliability(probs: torch.Tensor, name: str | None) -> Any:
@@ -64,20 +90,10 @@ def _figures(ev: Evaluation, n_bins: int) -> tuple[dict[str, Any], list[str]]:
         return disp.plot().figure_
 
     def risk_coverage() -> Any:
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(6, 4.5))
-        curves = {"unscaled": ev.probs}
+        curves = {"unscaled": top_confidence(ev.probs, ev.labels)}
         if ev.scaled_probs is not None:
-            curves[f"T = {ev.temperature:.3f}"] = ev.scaled_probs
-        for name, probs in curves.items():
-            pred = probs.argmax(1)
-            conf = probs.gather(1, pred[:, None]).squeeze(1).to(torch.float64)
-            correct = (pred == ev.labels).to(torch.float64)
-            display = plots.RiskCoverageDisplay.from_predictions(conf, correct, name=name)
-            display.plot(ax=ax)
-        ax.set_title("Risk-coverage (confidence: max_k p_k)")
-        return fig
+            curves[f"T = {ev.temperature:.3f}"] = top_confidence(ev.scaled_probs, ev.labels)
+        return risk_coverage_figure(curves)
 
     makers: dict[str, Any] = {}
     if ev.scaled_probs is None:
@@ -89,7 +105,17 @@ def _figures(ev: Evaluation, n_bins: int) -> tuple[dict[str, Any], list[str]]:
     if ev.eece_details is not None:
         makers["epistemic_reliability"] = epistemic
     makers["risk_coverage"] = risk_coverage
-    figs: dict[str, Any] = {}
+    return makers
+
+
+def draw_figures(makers: dict[str, Any]) -> tuple[dict[str, bytes], list[str]]:
+    """Figures keyed by file stem, as PNG bytes drawn in memory (nothing is written).
+
+    A figure that fails to draw is left out; the second item lists why, one line each.
+    """
+    import matplotlib.pyplot as plt
+
+    figs: dict[str, bytes] = {}
     problems: list[str] = []
     for name, make in makers.items():
         before = set(plt.get_fignums())
@@ -131,6 +157,7 @@ def write_evaluation(
     *,
     extra: dict | None = None,
     overwrite: bool = False,
+    figures: dict[str, Any] | None = None,
 ) -> Report:
     """Write the tables, ``summary.json``, the figures and ``report.html`` of ``ev`` to ``out_dir``.
 
@@ -140,7 +167,9 @@ def write_evaluation(
     The files are staged beside ``out_dir`` and swapped in at the end, so ``out_dir`` holds
     exactly this run's files; an earlier report there is replaced only with ``overwrite``, and a
     folder holding anything else is refused (``ValueError``). ``summary.json`` records the
-    versions (:func:`~bensemble.app.report.environment`).
+    versions (:func:`~bensemble.app.report.environment`) and under ``"files"`` exactly the
+    files written. ``figures`` (file stem -> function drawing a figure) replaces the figures drawn
+    from ``ev``'s per-sample tensors (``--chunk-size`` draws them from streamed sums).
 
     Returns:
         The :class:`~bensemble.app.report.Report`; ``report.files`` lists what was
@@ -150,7 +179,8 @@ def write_evaluation(
     from bensemble.app.html import render_html
 
     report = Report(out_dir, staged=True, overwrite=overwrite)
-    figs, problems = _figures(ev, ev.setup["n_bins"])
+    makers = _makers(ev, ev.setup["n_bins"]) if figures is None else figures
+    figs, problems = draw_figures(makers)
     report.problems = problems
     try:
         for name, title, rows in ev.tables():

@@ -24,10 +24,12 @@ from bensemble.app.bootstrap import BootstrapPlan, percentile_interval
 
 __all__ = [
     "STAGE_METRICS",
+    "class_rows",
     "eece_partition",
     "per_class_rows",
     "per_sample_nll",
     "register_stage",
+    "selective_from_confidence",
     "selective_scores",
     "stage_intervals",
 ]
@@ -46,9 +48,16 @@ def _top(probs: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch
 
 def selective_scores(probs: torch.Tensor, labels: torch.Tensor) -> dict[str, float | None]:
     """``error_auroc`` and ``aurc`` of ``probs [n, K]`` (definitions: module docstring)."""
+    conf, correct = _top(probs, labels)
+    return selective_from_confidence(conf.to(_F64), correct)
+
+
+def selective_from_confidence(conf: torch.Tensor, correct: torch.Tensor) -> dict[str, float | None]:
+    """:func:`selective_scores` from the confidences ``max_k p_k [n]`` (float64) and the
+    correctness ``[n]`` (float64 0/1 or bool) alone (``--chunk-size`` gathers these two)."""
     from bensemble.metrics import aurc, auroc
 
-    conf, correct = _top(probs, labels)
+    correct = correct.to(_F64)
     errors = int((correct == 0).sum())
     both = 0 < errors < correct.shape[0]
     return {
@@ -188,6 +197,13 @@ def per_class_rows(
         cols[name] = _norm_from_sums(*_classwise_stats(p, labels, n_bins, "uniform"), "l1").tolist()
     if sets is not None:
         cols["coverage"] = per_class_coverage(sets, labels).tolist()
+    return class_rows(cols)
+
+
+def class_rows(cols: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """The rows of :func:`per_class_rows` from its columns (``support`` and ``accuracy`` first;
+    ``accuracy`` ``None`` for a class without support)."""
+    k = len(cols["support"])
     rows = []
     for c in range(k):
         row: dict[str, Any] = {"class": c}

@@ -5,8 +5,10 @@
 ``.npy`` file (opened memory-mapped; any other format exits 2 with one line), the labels may be
 any format :func:`~bensemble.io.load_labels` reads, and the numbers come from
 :func:`~bensemble.app.evaluate_memmap.evaluate_memmap`. Exit status, messages and ``--json`` are
-those of ``run_evaluate``; the report folder holds the same files as in memory: the tables,
-``summary.json`` and the figures, drawn from the streamed per-bin sums.
+those of ``run_evaluate``; the report folder holds the files of an in-memory run with
+``--bootstrap 0`` (the tables, ``summary.json``, the figures and ``report.html``, written by
+the same :func:`~bensemble.app.evaluate_report.write_evaluation`; the figures are drawn from the
+streamed per-bin sums and the gathered confidences, :mod:`bensemble.app.evaluate_memmap`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 
 from bensemble import _validation as V
 from bensemble.app._options import check_seed
-from bensemble.app.evaluate import Evaluation
+from bensemble.app.evaluate import MAX_PER_CLASS, Evaluation
 from bensemble.app.evaluate_cli import (
     MAX_BINS,
     PROG,
@@ -32,9 +34,9 @@ from bensemble.app.evaluate_cli import (
     _print_tables,
     _print_warnings,
 )
-from bensemble.app.evaluate_memmap import ChunkedEvaluation, evaluate_memmap
-from bensemble.app.evaluate_report import planned_files
-from bensemble.app.report import Report, environment, to_json
+from bensemble.app.evaluate_memmap import evaluate_memmap
+from bensemble.app.evaluate_report import planned_files, write_evaluation
+from bensemble.app.report import to_json
 from bensemble.io import InputError, load_labels, split_key
 
 __all__ = [
@@ -43,8 +45,17 @@ __all__ = [
     "run_evaluate_chunked",
 ]
 
-#: Options of ``bensemble evaluate`` that need every sample in memory (refused with --chunk-size).
-NOT_STREAMED = (("bootstrap", "--bootstrap"),)
+#: Options of ``bensemble evaluate`` that need every sample in memory (refused with --chunk-size,
+#: with the reason): each bootstrap resample reweights every prediction of the reported part.
+NOT_STREAMED = (
+    (
+        "bootstrap",
+        "--bootstrap",
+        "its intervals resample every prediction at once, which --chunk-size never holds in "
+        "memory; the chunked report is that of --bootstrap 0 (no intervals, verdicts read the "
+        "point estimates)",
+    ),
+)
 
 
 def _chunk_size_option(value: str) -> int:
@@ -66,19 +77,8 @@ def add_chunk_size_argument(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="read a .npy PREDICTIONS memory-mapped, N samples at a time (bounded memory, the "
-        "same numbers; no figures)",
+        "same numbers and report; no bootstrap intervals)",
     )
-
-
-#: What the in-memory report writes that a chunked run does not (they need every prediction in
-#: memory: sorting all confidences, bootstrap resamples, the HTML page built from them).
-IN_MEMORY_ONLY = ("selective", "intervals", "per_class", "report.html", "risk_coverage.png")
-
-
-def chunked_files(*, ensemble: bool, split: bool) -> list[str]:
-    """File names a chunked run writes: the in-memory report's, less :data:`IN_MEMORY_ONLY`."""
-    files = planned_files(ensemble=ensemble, split=split, per_class=False, intervals=False)
-    return [f for f in files if f not in IN_MEMORY_ONLY and f.split(".")[0] not in IN_MEMORY_ONLY]
 
 
 # ----------------------------------------------------------------------------- command line
@@ -116,10 +116,11 @@ def _open_predictions(args: argparse.Namespace, fn: str) -> Any:
 
 def _evaluate_args(args: argparse.Namespace, fn: str, out: Path | None) -> Evaluation:
     """Check everything, open the file memory-mapped, then evaluate (nothing is written)."""
-    for attr, option in NOT_STREAMED:
-        if getattr(args, attr, None):
+    for attr, option, why in NOT_STREAMED:
+        if getattr(args, attr, None):  # None (not given) and 0 are accepted
             raise InputError(
-                f"{option} needs every prediction in memory; leave out {option} or --chunk-size"
+                f"{option} {getattr(args, attr)} cannot be used with --chunk-size: {why}; leave "
+                f"out {option} (or pass 0), or leave out --chunk-size to get intervals"
             )
     V.check_probability(args.alpha, "--alpha", fn)
     V.check_n_bins(args.n_bins, fn, name="--n-bins")
@@ -137,7 +138,12 @@ def _evaluate_args(args: argparse.Namespace, fn: str, out: Path | None) -> Evalu
     if out is not None:
         inputs = [split_key(args.predictions)[0], split_key(args.labels)[0]]
         ensemble = array.ndim == 3 and array.shape[0] > 1
-        files = chunked_files(ensemble=ensemble, split=args.calibration_split is not None)
+        files = planned_files(
+            ensemble=ensemble,
+            split=args.calibration_split is not None,
+            per_class=k <= MAX_PER_CLASS,
+            intervals=False,
+        )
         _check_out(out, inputs, files, args.overwrite)
     return evaluate_memmap(
         array,
@@ -154,80 +160,6 @@ def _evaluate_args(args: argparse.Namespace, fn: str, out: Path | None) -> Evalu
         name="predictions",
         source=str(split_key(args.predictions)[0]),
     )
-
-
-def _figures(ev: ChunkedEvaluation) -> tuple[dict[str, Any], list[str]]:
-    """The report's figures from the streamed sums, drawn in memory; as the in-memory report,
-    a figure that fails to draw is left out and named in the second item."""
-    import matplotlib.pyplot as plt
-
-    from bensemble import plots
-
-    def reliability(bins: Any, name: str | None) -> Any:
-        lower, upper = plots.wilson_interval(bins.sum_correct, bins.counts, 0.95)
-        return plots.ReliabilityDisplay(bins, lower, upper, name=name).plot().figure_
-
-    bins = ev.reliability_bins
-    makers: dict[str, Any] = {}
-    if ev.temperature is None:
-        makers["reliability"] = lambda: reliability(bins["reliability"], None)
-    else:
-        scaled = f"T = {ev.temperature:.3f}"
-        makers["reliability"] = lambda: reliability(bins["reliability"], "unscaled")
-        makers["reliability_scaled"] = lambda: reliability(bins["reliability_scaled"], scaled)
-    if ev.eece_details is not None:
-        details = ev.eece_details
-        makers["epistemic_reliability"] = lambda: (
-            plots.EpistemicReliabilityDisplay.from_details(details, name="ensemble").plot().figure_
-        )
-    figs: dict[str, Any] = {}
-    problems: list[str] = []
-    for name, make in makers.items():
-        before = set(plt.get_fignums())
-        try:
-            figs[name] = make()
-        except Exception as exc:  # noqa: BLE001 - a figure must not cost the user the numbers
-            for number in set(plt.get_fignums()) - before:
-                plt.close(number)
-            problems.append(
-                f"{name}.png left out ({type(exc).__name__}: {' '.join(str(exc).split())})"
-            )
-    return figs, problems
-
-
-def write_report(ev: ChunkedEvaluation, out: Path, *, extra: dict, overwrite: bool) -> Report:
-    """The tables, ``summary.json`` and figures of ``ev``: the files of the in-memory report
-    (the figures drawn from the streamed per-bin sums)."""
-    report = Report(out, staged=True, overwrite=overwrite)
-    figs, problems = _figures(ev)
-    report.problems = problems
-    try:
-        for name, title, rows in ev.tables():
-            report.add_table(name, rows, title=title)
-        summary = ev.to_dict()
-        summary.update(extra)
-        split = ev.temperature is not None
-        summary["files"] = [
-            f
-            for f in chunked_files(ensemble=ev.ensemble is not None, split=split)
-            if not f.endswith(".png") or f[:-4] in figs
-        ]
-        summary["problems"] = problems
-        summary["versions"] = environment()
-        report.add_json("summary", summary)
-        for name in list(figs):
-            report.add_figure(name, figs.pop(name))
-        report.commit()
-    except BaseException:
-        report.discard()
-        raise
-    finally:
-        if figs:
-            import matplotlib.pyplot as plt
-
-            for fig in figs.values():
-                plt.close(fig)
-    return report
 
 
 def run_evaluate_chunked(args: argparse.Namespace) -> int:
@@ -252,7 +184,9 @@ def run_evaluate_chunked(args: argparse.Namespace) -> int:
     report = None
     if out is not None:
         try:
-            report = write_report(ev, out, extra=extra, overwrite=args.overwrite)
+            report = write_evaluation(
+                ev, out, extra=extra, overwrite=args.overwrite, figures=ev.figure_makers()
+            )
         except (OSError, ValueError) as exc:
             print(
                 f"{PROG}: error: could not write the report to {out}: {_one_line(exc)}",

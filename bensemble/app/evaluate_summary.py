@@ -203,7 +203,7 @@ def summarise(ev: Evaluation, *, stage: Callable[[str], AbstractContextManager])
             skipped = plan.skipped
             null_q95 = _calibrated_q95(ev)
     s["ece_calibrated_q95"] = null_q95
-    if s["classes"] <= MAX_PER_CLASS:
+    if s["classes"] <= MAX_PER_CLASS and ev.per_class is None:  # --chunk-size: streamed sums
         ev.per_class = per_class_rows(
             ev.probs, ev.labels, s["n_bins"], scaled=ev.scaled_probs, sets=ev.sets
         )

@@ -279,8 +279,9 @@ def evaluate_chunked(
 
     Returns:
         ``{"n", "accuracy", "nll", "brier", "ece", "classwise_ece"}``, and for ``M > 1`` also
-        ``"mean_total"``, ``"mean_aleatoric"``, ``"mean_epistemic"``, ``"eece"``, ``"eece_sd"``,
-        ``"eece_seeds"``, ``"eece_bins"``, ``"eece_bins_fitted"``.
+        ``"mean_total"``, ``"mean_aleatoric"``, ``"mean_epistemic"``, ``"mean_member_variance"``
+        (``Var_m p_m(y = k)``, divisor ``M``, averaged over samples and classes), ``"eece"``,
+        ``"eece_sd"``, ``"eece_seeds"``, ``"eece_bins"``, ``"eece_bins_fitted"``.
     """
     fn = "evaluate_chunked"
     chunk_size = check_positive_int(chunk_size, "chunk_size", fn)
@@ -301,6 +302,7 @@ def evaluate_chunked(
             rows, bins, seeds, order=order, block=chunk_size, progress=enabled
         )
         eece = [EECEMeter(c) for c in fits]
+    variance = torch.zeros((), dtype=torch.float64)  # sum of Var_m p_m(y = k) over samples, k
     # single-threaded kernels: a chunk is too small for intra-op threads, whose barriers stall on
     # a busy machine (bench_streaming: 10x slower with 2 threads on a loaded 2-core machine)
     bar = _progress.progress(total=n, enabled=enabled, desc=fn, unit="rows")
@@ -313,6 +315,7 @@ def evaluate_chunked(
                 meter.update(mean, yb)
             if m > 1:
                 uncertainty.update(p)
+                variance += p.var(0, unbiased=False).sum()
                 p_eece = p if order is None else p[order]
                 for meter in eece:
                     meter.update(p_eece, yb)
@@ -323,6 +326,7 @@ def evaluate_chunked(
     out.update({name: meter.compute() for name, meter in meters.items()})
     if m > 1:
         out.update({f"mean_{key}": v for key, v in uncertainty.compute().items()})
+        out["mean_member_variance"] = float(variance / (n * k))
         result = eece_result(eece, seeds, bins, n)
         result.pop("details")
         out.update(result)

@@ -1,11 +1,13 @@
-"""``bensemble evaluate --chunk-size N``: the numbers of the in-memory path from a memory-mapped
-.npy read chunk by chunk, with and without a calibration split; bad options; bounded reads."""
+"""``bensemble evaluate --chunk-size N``: every number, table and file of the in-memory path
+(``--bootstrap 0``: intervals are in-memory only) from a memory-mapped .npy read chunk by chunk,
+with and without a calibration split; bad options; bounded reads."""
 
 from __future__ import annotations
 
 import json
 import math
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +21,12 @@ from bensemble.metrics._epistemic_checks import canonical_member_order
 from bensemble.metrics.streaming_eval import MemberRows, canonical_order_chunked, open_memmap
 
 PROG = "bensemble evaluate: error: "
-#: chunked vs in-memory: the same float64 terms summed in another order
+#: chunked vs in-memory: the same float64 terms summed in another order (per chunk, then over
+#: chunks). Reordering a sum of n float64 terms moves it by at most about n * 2.2e-16 of the sum of
+#: their magnitudes: ~1e-13 relative for these n <= 20,000 positive terms, so 1e-10 leaves room
+#: for the differences (|acc - conf| of the ECEs) without hiding a wrong term. Counts (n, support,
+#: sizes) and anything ranked (AUROC, AURC of the same gathered confidences) are compared exactly
+#: or to the same tolerance.
 REL = 1e-10
 
 
@@ -37,7 +44,8 @@ def _save(tmp_path, array, name="pred.npy"):
 
 
 def assert_same(got, want, path="ev"):
-    """Equal structure; numbers equal to REL (ints and strings exactly)."""
+    """Equal structure (the same keys in the same order, so a number one path gains and the
+    other lacks fails); numbers equal to REL (ints and strings exactly, NaN to NaN)."""
     if isinstance(want, dict):
         assert isinstance(got, dict) and list(got) == list(want), (path, got, want)
         for key in want:
@@ -48,7 +56,7 @@ def assert_same(got, want, path="ev"):
             assert_same(a, b, f"{path}[{i}]")
     elif isinstance(want, float) and not isinstance(want, bool):
         assert isinstance(got, float), (path, got)
-        assert got == pytest.approx(want, rel=REL, abs=1e-13), path
+        assert got == pytest.approx(want, rel=REL, abs=1e-13, nan_ok=True), path
     else:
         assert got == want and type(got) is type(want), (path, got, want)
 
@@ -64,15 +72,47 @@ def test_chunked_equals_in_memory(tmp_path, m, logits, split, chunk):
     stored = z if logits else probs
     arr = open_memmap(_save(tmp_path, stored.numpy() if m > 1 else stored[0].numpy()))
     kw = {"calibration_split": split, "seed": 3, "eece_bins": 6}
-    want = evaluate_predictions(probs, y, **kw)
+    want = evaluate_predictions(probs, y, bootstrap=0, **kw)
     got = evaluate_memmap(arr, y, chunk_size=chunk, from_logits=logits, progress=False, **kw)
+    _assert_same_evaluation(got, want)
+
+
+@pytest.mark.parametrize("split", [None, 0.5], ids=["all", "split"])
+@pytest.mark.parametrize("k", [5, 23], ids=["absent-class", "no-per-class"])
+def test_absent_class_and_many_classes(tmp_path, split, k):
+    """A class no sample has (accuracy None, coverage NaN as in memory) and K > 20 (no per-class
+    table in either path)."""
+    z, y = _data(2, n=90, k=k, seed=4)
+    y = torch.where(y == 1, 0, y)  # class 1 never occurs
+    probs = torch.softmax(z, -1)
+    arr = open_memmap(_save(tmp_path, probs.numpy()))
+    kw = {"calibration_split": split, "seed": 5, "eece_bins": 4}
+    want = evaluate_predictions(probs, y, bootstrap=0, **kw)
+    got = evaluate_memmap(arr, y, chunk_size=11, progress=False, **kw)
+    _assert_same_evaluation(got, want)
+    if k > 20:
+        assert got.per_class is None and want.per_class is None
+    else:
+        assert got.per_class[1]["support"] == 0 and got.per_class[1]["accuracy"] is None
+        if split is not None:
+            assert math.isnan(got.per_class[1]["coverage"])
+
+
+def _assert_same_evaluation(got, want):
+    """Every reported number (``to_dict``: setup, metrics, selective, ensemble, conformal,
+    per_class, notes, verdicts), every table and what the figures draw."""
     assert_same(got.to_dict(), want.to_dict())
-    assert [t[:2] for t in got.tables()] == [t[:2] for t in want.tables()]
+    assert want.selective and (want.per_class is not None) == (want.setup["classes"] <= 20)
+    assert_same([list(t) for t in got.tables()], [list(t) for t in want.tables()])
+    for name, *_ in want.tables():
+        assert got.table_notes(name) == want.table_notes(name)
     _assert_same_figure_data(got, want)
 
 
 def _assert_same_figure_data(got, want):
-    """What the report's figures draw: the reliability bins and the EECE details."""
+    """What the report's figures draw: the reliability bins, the gathered confidences of the
+    risk-coverage curves and the EECE details."""
+    from bensemble.app.evaluate_report import top_confidence
     from bensemble.metrics import binned_calibration_stats
 
     parts = {"reliability": want.probs}
@@ -85,6 +125,14 @@ def _assert_same_figure_data(got, want):
         bins = got.reliability_bins[name]
         for key in ("edges", "counts", "sum_confidence", "sum_correct"):
             torch.testing.assert_close(getattr(bins, key), getattr(ref, key), rtol=REL, atol=1e-12)
+    stages = dict(zip(["unscaled", "scaled"], parts.values(), strict=False))
+    assert set(got.confidence) == set(stages)
+    for name, probs in stages.items():
+        conf, correct = got.confidence[name]
+        want_conf, want_correct = top_confidence(probs, want.labels)
+        assert conf.dtype == torch.float64 and correct.dtype == torch.bool
+        torch.testing.assert_close(conf, want_conf, rtol=REL, atol=0)
+        assert torch.equal(correct, want_correct)
     if want.eece_details is None:
         assert got.eece_details is None
         return
@@ -104,10 +152,14 @@ def test_randomised_conformal_sets_get_the_in_memory_uniforms(tmp_path, score):
     probs = torch.softmax(z, -1)
     arr = open_memmap(_save(tmp_path, probs.numpy().astype(np.float32)))
     kw = {"calibration_split": 0.5, "seed": 1, "conformal_score": score, "eece_seeds": 2}
-    want = evaluate_predictions(torch.from_numpy(np.load(tmp_path / "pred.npy")), y, **kw)
+    want = evaluate_predictions(
+        torch.from_numpy(np.load(tmp_path / "pred.npy")), y, bootstrap=0, **kw
+    )
     got = evaluate_memmap(arr, y, chunk_size=13, progress=False, **kw)
-    assert_same(got.to_dict(), want.to_dict())
-    assert got.conformal["coverage"] == want.conformal["coverage"]  # counts: exact
+    _assert_same_evaluation(got, want)
+    for key in ("coverage", "mean_set_size", "empty_set_rate"):  # counts: exact
+        assert got.conformal[key] == want.conformal[key]
+    assert [r["coverage"] for r in got.per_class] == [r["coverage"] for r in want.per_class]
 
 
 def test_streamed_kmeans_refinement_with_a_split(tmp_path, monkeypatch):
@@ -128,10 +180,11 @@ def test_streamed_kmeans_refinement_with_a_split(tmp_path, monkeypatch):
             probs[:, test], y[test], n_bins=10, seed=2, subsample=120
         )
         assert got.ensemble["eece"] == pytest.approx(want, rel=REL, abs=1e-14), split
-        full = evaluate_predictions(probs, y, **kw).to_dict()  # a full fit: same other numbers
+        full = evaluate_predictions(probs, y, bootstrap=0, **kw).to_dict()  # a full fit
         got = got.to_dict()
         for key in ("eece", "eece_bins_fitted"):
             got["ensemble"].pop(key), full["ensemble"].pop(key)
+        got["verdicts"].pop(2), full["verdicts"].pop(2)  # the EECE's verdict quotes it
         assert_same(got, full)
 
 
@@ -139,7 +192,7 @@ def test_streamed_kmeans_refinement_with_a_split(tmp_path, monkeypatch):
 def test_eece_does_not_depend_on_the_member_order(tmp_path):
     z, y = _data(4, n=300, seed=7)
     probs = torch.softmax(z, -1)
-    want = evaluate_predictions(probs, y, seed=0, eece_bins=8).ensemble["eece"]
+    want = evaluate_predictions(probs, y, seed=0, eece_bins=8, bootstrap=0).ensemble["eece"]
     for perm in ([3, 1, 0, 2], [1, 0, 2, 3], [3, 2, 1, 0]):
         arr = open_memmap(_save(tmp_path, probs[perm].numpy(), f"p{perm[0]}{perm[1]}.npy"))
         got = evaluate_memmap(arr, y, seed=0, eece_bins=8, chunk_size=64, progress=False)
@@ -219,7 +272,8 @@ def test_cli_json_and_report_match_the_in_memory_run(tmp_path, capsys, split):
     lab = _save(tmp_path, y.numpy(), "labels.npy")
     base = [pred, "--labels", lab, "--logits", "--json", "--eece-bins", "5"]
     base += [] if split is None else ["--calibration-split", split]
-    code, out, err = _run([*base, "--out", tmp_path / "mem"], capsys)
+    mem = [*base, "--bootstrap", "0", "--out", tmp_path / "mem"]
+    code, out, err = _run(mem, capsys)
     assert code == 0, err
     want = json.loads(out)
     code, out, err = _run([*base, "--chunk-size", "17", "--out", tmp_path / "chunked"], capsys)
@@ -227,15 +281,43 @@ def test_cli_json_and_report_match_the_in_memory_run(tmp_path, capsys, split):
     got = json.loads(out)
     assert got["inputs"].pop("chunk_size") == 17
     for payload in (got, want):
-        payload.pop("report")
+        report = payload.pop("report")
+        assert sorted(report["files"]) == sorted(str(f) for f in Path(report["out"]).iterdir())
     assert_same(got, want)
     files = sorted(p.name for p in (tmp_path / "chunked").iterdir())
     assert files == sorted(p.name for p in (tmp_path / "mem").iterdir())
-    assert files == sorted(planned_files(ensemble=True, split=split is not None))
+    assert files == sorted(planned_files(ensemble=True, split=split is not None, intervals=False))
     summary = json.loads((tmp_path / "chunked" / "summary.json").read_text())
     reference = json.loads((tmp_path / "mem" / "summary.json").read_text())
-    for key in ("setup", "metrics", "ensemble", "conformal", "temperature", "files", "problems"):
-        assert_same(summary[key], reference[key], key)
+    assert summary["files"] == reference["files"] and sorted(summary["files"]) == files
+    for payload in (summary, reference):
+        payload.pop("versions"), payload["inputs"].pop("chunk_size", None)
+    assert_same(summary, reference)
+    for name in files:  # the tables' files and the page: the same text, numbers to REL
+        if (
+            name.endswith((".csv", ".md", ".json"))
+            and name != "summary.json"
+            or name.endswith(".html")
+        ):
+            a, b = ((tmp_path / d / name).read_text() for d in ("chunked", "mem"))
+            _assert_same_text(a, b, name)
+    html = (tmp_path / "chunked" / "report.html").read_text()
+    assert "No bootstrap (--bootstrap 0)" in html and "risk_coverage.png" in html
+
+
+def _assert_same_text(got, want, name):
+    """The same text with the numbers in it equal to REL (summation order may move a last
+    digit); the PNGs embedded in the page are drawn from the same data, not compared bytewise."""
+    import re
+
+    png = re.compile(r"data:image/png;base64,[A-Za-z0-9+/=]+")
+    assert len(png.findall(got)) == len(png.findall(want)), name
+    got, want = png.sub("PNG", got), png.sub("PNG", want)
+    number = re.compile(r"-?\d+\.\d+(?:e[-+]?\d+)?")
+    assert number.sub("#", got) == number.sub("#", want), name
+    got_nums = [float(x) for x in number.findall(got)]
+    want_nums = [float(x) for x in number.findall(want)]
+    assert got_nums == pytest.approx(want_nums, rel=REL, abs=1e-13), name
 
 
 def test_cli_tables_without_json(tmp_path, capsys):
@@ -248,7 +330,7 @@ def test_cli_tables_without_json(tmp_path, capsys):
     assert code == 0, err
     assert "Ensemble-mean prediction (all samples)" in out
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == sorted(
-        planned_files(ensemble=False, split=False)
+        planned_files(ensemble=False, split=False, intervals=False)
     )
 
 
@@ -313,7 +395,7 @@ def test_members_options_and_float16(tmp_path, capsys):
     for name, (array, extra) in variants.items():
         pred = _save(tmp_path, array, f"{name}.npy")
         argv = [pred, "--labels", lab, "--json", "--eece-bins", "4", *extra]
-        code, out, err = _run(argv, capsys)
+        code, out, err = _run([*argv, "--bootstrap", "0"], capsys)
         assert code == 0, err
         want = json.loads(out)
         code, out, err = _run([*argv, "--chunk-size", "9"], capsys)
@@ -336,7 +418,8 @@ def test_probabilities_passed_as_logits_warn_as_in_memory(tmp_path, capsys):
 
 
 def test_options_needing_every_sample_are_refused_with_one_line(tmp_path, capsys):
-    """An option the chunked run cannot honour exactly (bootstrap intervals) is refused."""
+    """An option the chunked run cannot honour exactly (bootstrap intervals) is refused, with the
+    reason; ``--bootstrap 0`` (what the chunked report is) is accepted."""
     from bensemble.app.evaluate_stream import run_evaluate_chunked
     from bensemble.cli import _build_parser
 
@@ -349,3 +432,13 @@ def test_options_needing_every_sample_are_refused_with_one_line(tmp_path, capsys
     assert run_evaluate_chunked(args) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(PROG) and "--bootstrap" in err[0]
+    out = tmp_path / "r"
+    code, stdout, err = _run([*argv[1:], "--bootstrap", "50", "--out", out], capsys)
+    assert code == 2 and stdout == "" and not out.exists()
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(PROG), err
+    for why in ("--bootstrap 50 cannot be used with --chunk-size", "every prediction", "0"):
+        assert why in lines[0], lines[0]
+    code, stdout, err = _run([*argv[1:], "--bootstrap", "0"], capsys)
+    assert code == 0, err
+    assert json.loads(stdout)["setup"]["bootstrap"] == 0
