@@ -5,7 +5,7 @@ Regenerate the README's screenshots (Debian's ``chromium`` must be installed)::
     PYTHONPATH=. python scripts/report_screenshots.py
 
 writes ``docs/figures/report_1280.png`` and ``docs/figures/report_390.png``: the report of a
-``bensemble evaluate`` run on small synthetic predictions (seeded, so the page is the same every
+``bensemble evaluate`` run on synthetic predictions (seeded, so the page is the same every
 time), laid out at 1280 px and at a phone's 390 px: the top of the page, at most ``--max-height``
 (1800) px. ``make screenshots`` runs it (and installs chromium as root when it is missing).
 
@@ -201,8 +201,9 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 # ----------------------------------------------------------------------------- the report
-def synthetic_predictions(folder: Path, m: int = 3, n: int = 240, k: int = 4) -> tuple[Path, Path]:
-    """Seeded member logits [m, n, k] around true logits and labels drawn from them."""
+def synthetic_predictions(folder: Path, m: int = 5, n: int = 3000, k: int = 4) -> tuple[Path, Path]:
+    """Seeded member logits [m, n, k] around true logits (overconfident by a factor 1.4) and
+    labels drawn from the true probabilities."""
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -216,89 +217,27 @@ def synthetic_predictions(folder: Path, m: int = 3, n: int = 240, k: int = 4) ->
     return folder / "logits.npy", folder / "labels.npy"
 
 
-def run_evaluate(folder: Path) -> Path:
-    """``bensemble evaluate`` on :func:`synthetic_predictions`; its report folder."""
+def report_html(folder: Path) -> Path:
+    """``bensemble evaluate`` on :func:`synthetic_predictions` in ``folder`` (paths relative
+    to it, so the page names no temporary directory); its ``report.html``."""
     import contextlib
     import io
 
     from bensemble.cli import main
 
-    logits, labels = synthetic_predictions(folder / "inputs")
-    out = folder / "report"
-    argv = ["evaluate", str(logits), "--labels", str(labels), "--logits"]
-    argv += ["--calibration-split", "0.5", "--out", str(out)]
-    with contextlib.redirect_stdout(io.StringIO()):
-        code = main(argv)
+    folder.mkdir(parents=True, exist_ok=True)
+    with contextlib.chdir(folder):
+        logits, labels = synthetic_predictions(Path("inputs"))
+        argv = ["evaluate", str(logits), "--labels", str(labels), "--logits"]
+        argv += ["--calibration-split", "0.5", "--out", "report"]
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = main(argv)
     if code not in (0, None):
         raise RuntimeError(f"bensemble evaluate exited with {code}")
-    return out
-
-
-def representative_report(folder: Path):
-    """An :class:`~bensemble.app.html.HtmlReport` built from an evaluate folder's files.
-
-    For the time before ``bensemble evaluate`` writes ``report.html`` itself: its tables (the
-    ``.json`` files) and figures (the ``.png`` files, real matplotlib output), verdicts of every
-    status, a wide table and a long unbroken token (the cases that break phone layouts).
-    """
-    from bensemble.app.html import HtmlFigure, HtmlReport, HtmlSection, HtmlTable, Verdict
-
-    tables = []
-    for path in sorted(folder.glob("*.json")):
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(data, dict) and "rows" in data:
-            tables.append(
-                HtmlTable(data.get("title") or path.stem, data["rows"], (), 4, data["columns"])
-            )
-    wide = [
-        {"class": f"class {c}", **{f"metric_{j}": 0.1 * c + j / 7 for j in range(14)}}
-        for c in range(4)
-    ]
-    tables.append(HtmlTable("A wide table (scrolls inside its box)", wide, ["One row per class."]))
-    figures = [
-        HtmlFigure(p.stem.replace("_", " "), p.read_bytes(), f"{p.name} of the run.")
-        for p in sorted(folder.glob("*.png"))
-    ]
-    verdicts = [
-        Verdict(
-            "Is the model calibrated?", "roughly", "warn", "ECE on the test part, see the table."
-        ),
-        Verdict(
-            "Did temperature scaling help on held-out data?", "yes", "good", "Held-out NLL fell."
-        ),
-        Verdict(
-            "Are the members' uncertainties epistemically calibrated?", "no", "bad", "EECE is high."
-        ),
-        Verdict("How many points fit the calibration?", "few", "info", "Fewer than 200 points."),
-    ]
-    return HtmlReport(
-        "bensemble evaluate: synthetic predictions",
-        verdicts,
-        [
-            HtmlSection("Scores", ["Every table of the run."], tables),
-            HtmlSection("Figures", (), (), figures),
-            HtmlSection("Empty section"),
-        ],
-        {"inputs": "logits.npy / labels.npy", "path": "/a/very/long/unbroken/" + "x" * 80},
-        subtitle="Layout sample: the tables and figures of a real evaluate run; the verdicts "
-        "are placeholders (this version of evaluate writes no report.html).",
-    )
-
-
-def report_html(folder: Path) -> tuple[Path, bool]:
-    """``report.html`` of an evaluate run in ``folder``, and whether evaluate wrote it itself.
-
-    When evaluate wrote none, the page of :func:`representative_report` is written beside it.
-    """
-    out = run_evaluate(folder)
-    page = out / "report.html"
-    if page.is_file():
-        return page, True
-    from bensemble.app.html import render_html
-
-    page = folder / "report.html"
-    page.write_text(render_html(representative_report(out)), encoding="utf-8")
-    return page, False
+    page = folder / "report" / "report.html"
+    if not page.is_file():
+        raise RuntimeError(f"bensemble evaluate wrote no {page}")
+    return page
 
 
 def shrink_png(path: Path) -> None:
@@ -330,12 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        page, own = (args.html, True) if args.html else report_html(work / "run")
-        if not own:
-            print(
-                "report_screenshots: evaluate wrote no report.html; using a representative page",
-                file=sys.stderr,
-            )
+        page = args.html if args.html else report_html(work / "run")
         for width in (1280, 390):
             height = min(page_facts(chromium, page, width, work)["height"], args.max_height)
             shot = screenshot(chromium, page, args.out / f"report_{width}.png", width, height, work)

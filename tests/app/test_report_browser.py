@@ -37,9 +37,7 @@ HEIGHT = 900
 @pytest.fixture(scope="module")
 def page(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("browser")
-    html, written_by_evaluate = harness.report_html(folder)
-    assert written_by_evaluate, "bensemble evaluate wrote no report.html"
-    return html
+    return harness.report_html(folder)  # raises when evaluate wrote no report.html
 
 
 @pytest.mark.parametrize("width", WIDTHS)
