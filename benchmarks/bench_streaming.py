@@ -17,11 +17,13 @@ Three measurements, each a ratio of two runs made by this script in the same ses
    sample's confidence and accuracy). Timed: the synchronising call, median of 5.
 3. ``bensemble evaluate L.npy --labels Y.npy --logits --json`` on ``200,000 x 5 x 10`` float32
    logits (``--quick``: 2,000), in-process: today's in-memory path (the K per-class K-means fits
-   run concurrently, single-threaded kernels) and ``--chunk-size 65536`` vs the previous
-   implementation (the in-memory path with the fits in a sequential loop with torch's default
-   threads), kept here as the baseline by running the same command with
-   ``bensemble.metrics.epistemic.map_classes`` replaced by that loop (as the rows measured for
-   issue 13 were). Agreement: largest relative difference of every number vs the baseline.
+   batched on single-threaded workers, Lloyd stopped at ``lloyd_rtol = 3e-4``), with
+   ``--bootstrap 0`` and with the default 200 replicates, and ``--chunk-size 65536``, vs the
+   previous implementation (the in-memory path with the exact fits in a sequential loop with
+   torch's default threads, no intervals), kept here as the baseline by running the same
+   command with ``bensemble.metrics.epistemic.fit_classes`` replaced by that loop and
+   ``lloyd_rtol`` forced to 0 (:func:`_previous_implementation`). Agreement: largest relative
+   difference of every number vs the baseline.
 
 Run: ``python benchmarks/bench_streaming.py [--quick] [--only rss|ddp|evaluate]``
 """
@@ -233,51 +235,88 @@ def bench_ddp(sizes: list[int]) -> tuple[list[_harness.Result], list[str]]:
 # ----------------------------------------------------------------------------- 3. evaluate
 
 
-def bench_evaluate(n: int) -> tuple[list[_harness.Result], list[str]]:
+def _previous_implementation():
+    """Context: ``bensemble evaluate`` as it was before issue 13 (the 65 s path), kept as the
+    baseline: the classwise EECE's K per-class K-means fits run one after another in the caller
+    (torch's default threads) and each runs Lloyd to the exact fit's stopping rules
+    (``lloyd_rtol=0``); the caller passes ``--bootstrap 0`` (intervals did not exist)."""
+    import contextlib
+
     import bensemble.metrics.epistemic as ep
+
+    @contextlib.contextmanager
+    def patched():
+        fit_classes, partition = ep.fit_classes, ep.partition
+
+        def sequential_loop(vectors, n_classes, n_bins, *, seed, fallback, **_):
+            return [fallback(k) for k in range(n_classes)]
+
+        def exact_partition(*args, fit_options, **kwargs):
+            return partition(*args, fit_options={**fit_options, "lloyd_rtol": 0.0}, **kwargs)
+
+        ep.fit_classes, ep.partition = sequential_loop, exact_partition
+        try:
+            yield
+        finally:
+            ep.fit_classes, ep.partition = fit_classes, partition
+
+    return patched()
+
+
+def bench_evaluate(n: int) -> tuple[list[_harness.Result], list[str]]:
     from bensemble.metrics.epistemic import auto_n_bins
 
     g = torch.Generator().manual_seed(0)
     z = 2 * torch.randn(5, n, 10, generator=g, dtype=torch.float64)
     z += 2 * torch.randn(1, n, 10, generator=g, dtype=torch.float64)
     y = torch.randint(0, 10, (n,), generator=g)
+    timed = {}
     with tempfile.TemporaryDirectory(prefix="bench-evaluate-") as tmp:
         path, labels = os.path.join(tmp, "logits.npy"), os.path.join(tmp, "labels.npy")
         np.save(path, z.to(torch.float32).numpy())
         np.save(labels, y.numpy())
         argv = [path, "--labels", labels, "--logits"]
-
-        def previous_loop(fit_one, n_classes, **_):  # the implementation before issue 13
-            return [fit_one(k) for k in range(n_classes)]
-
-        current = ep.map_classes
-        ep.map_classes = previous_loop
-        try:
-            t0 = time.perf_counter()
-            base = _evaluate_cli(argv)
-            t_base = time.perf_counter() - t0
-        finally:
-            ep.map_classes = current
-        t0 = time.perf_counter()
-        ours = _evaluate_cli(argv)
-        t_ours = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        chunked = _evaluate_cli([*argv, "--chunk-size", "65536"])
-        t_chunked = time.perf_counter() - t0
+        runs = {
+            "base": [*argv, "--bootstrap", "0"],
+            "ours": [*argv, "--bootstrap", "0"],
+            "default": argv,  # the CLI default: 200 bootstrap replicates
+            "chunked": [*argv, "--bootstrap", "0", "--chunk-size", "65536"],
+        }
+        for name, args in runs.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            if name == "base":
+                with _previous_implementation():
+                    out = _evaluate_cli(args)
+            else:
+                out = _evaluate_cli(args)
+            timed[name] = (out, time.perf_counter() - t0, time.process_time() - c0)
+    (base, t_base, c_base), (ours, t_ours, c_ours) = timed["base"], timed["ours"]
+    (_, t_default, c_default), (chunked, t_chunked, _) = timed["default"], timed["chunked"]
     size = f"{n:,} x 5 x 10 logits, EECE {auto_n_bins(n)} bins"
-    baseline = "previous: in memory, sequential per-class K-means"
+    baseline = "previous: in memory, sequential exact per-class K-means, no intervals"
     rows = [
         _harness.Result(
-            f"`bensemble evaluate` {size}",
+            f"`bensemble evaluate --bootstrap 0` {size}",
             baseline,
             t_base,
             t_ours,
             _max_rel_diff(ours, base),
             target=5.0,
-            note="ours: in memory; agreement: max relative difference of every number",
+            note="ours: in memory, the same outputs as the baseline; agreement: max relative "
+            "difference of every number (the EECE's Lloyd stopping rule)",
         ),
         _harness.Result(
-            f"`bensemble evaluate --chunk-size 65536` {size}",
+            f"`bensemble evaluate` {size}",
+            baseline,
+            t_base,
+            t_default,
+            None,
+            target=5.0,
+            note="ours: the default, with 95% bootstrap intervals (200 replicates), which the "
+            "baseline does not compute",
+        ),
+        _harness.Result(
+            f"`bensemble evaluate --bootstrap 0 --chunk-size 65536` {size}",
             baseline,
             t_base,
             t_chunked,
@@ -287,8 +326,10 @@ def bench_evaluate(n: int) -> tuple[list[_harness.Result], list[str]]:
         ),
     ]
     notes = [
-        f"evaluate: {torch.get_num_threads()} torch threads in the caller; --chunk-size vs in "
-        f"memory: max relative difference {_max_rel_diff(chunked, ours):.1e}"
+        f"evaluate: {torch.get_num_threads()} torch threads in the caller; CPU time of this "
+        f"process: baseline {c_base:.1f} s, ours {c_ours:.1f} s ({c_base / c_ours:.1f}x), "
+        f"default with intervals {c_default:.1f} s ({c_base / c_default:.1f}x); --chunk-size vs "
+        f"in memory: max relative difference {_max_rel_diff(chunked, ours):.1e}"
     ]
     return rows, notes
 
