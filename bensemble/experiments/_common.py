@@ -6,10 +6,13 @@ the public API (:mod:`bensemble.experiments.zoo`, :mod:`bensemble.methods`), sco
 with :class:`~bensemble.app.report.Report`. This module holds what they share:
 
 * :class:`RunOptions` / :class:`ExperimentResult` - what comes in and what goes out;
-* :func:`repeat_seeds`, :func:`mean_sd`, :func:`aggregate` - repeats and their mean +- sd;
+* :func:`repeat_seeds`, :func:`mean_sd`, :func:`aggregate` - repeats and their mean +- sd
+  (defined in :mod:`bensemble.experiments._repeats`, re-exported here);
 * :func:`binary_scores` - accuracy, ECE, EECE (and TECE when ``P(y = 1 | x)`` is known) of
-  binary member predictions, with the paper's EECE settings (100 K-means bins, seeded);
-* :func:`one_vs_all` - the relabelling of the paper's one-vs-all protocol;
+  binary member predictions, with the paper's EECE settings (100 K-means bins, seeded), and
+  :func:`one_vs_all` - the relabelling of the paper's one-vs-all protocol (both defined in
+  :mod:`bensemble.experiments._scores`, re-exported here);
+* :func:`zoo_settings`, :func:`method_member_probs` - the producers, as the paper trains them;
 * :func:`single_thread` - intra-op threads pinned to 1 while an experiment runs (the models are
   tiny: per-op overhead dominates and on a shared 2-core machine oversubscription costs 10x);
 * small line / bar figures (matplotlib is imported inside the functions only).
@@ -17,8 +20,6 @@ with :class:`~bensemble.app.report.Report`. This module holds what they share:
 
 from __future__ import annotations
 
-import math
-import numbers
 import os
 import sys
 import time
@@ -31,24 +32,28 @@ from typing import Any
 import torch
 
 from bensemble import _progress
-from bensemble._validation import (
-    as_binary_member_probs,
-    as_confidences,
-    as_labels,
-    check_positive_int,
-)
+from bensemble._validation import check_positive_int
 from bensemble.app._folder import check_out_text
 from bensemble.app._options import check_count, check_seed
-from bensemble.app.report import Report, environment, format_table, format_value
+from bensemble.app.report import Report, environment, format_table
 from bensemble.experiments._plotting import bar_figure, line_figure
+from bensemble.experiments._repeats import (
+    SD_SUFFIX,  # noqa: F401 - re-exported (the "c sd" column suffix)
+    aggregate,
+    columns_of,
+    display_rows,
+    mean_sd,
+    repeat_seeds,
+)
+from bensemble.experiments._scores import (
+    ECE_BINS,
+    EECE_BACKEND,
+    EECE_BINS,
+    binary_scores,
+    one_vs_all,
+)
 from bensemble.experiments.zoo import ZooSettings, member_probs
 from bensemble.methods import EvidentialKNN
-from bensemble.metrics import (
-    accuracy,
-    binary_calibration_error,
-    expected_epistemic_calibration_error,
-    true_epistemic_calibration_error,
-)
 
 __all__ = [
     "ECE_BINS",
@@ -75,15 +80,8 @@ __all__ = [
     "zoo_settings",
 ]
 
-#: The paper's EECE setting (appendix B.1.2): 100 K-means bins.
-EECE_BINS = 100
-#: K-means as in the paper ("default scikit-learn parameters"); also the fastest on CPU here.
-EECE_BACKEND = "sklearn"
-#: Bins of the classical ECE of the mean prediction (the paper does not say; 15 equal-width).
-ECE_BINS = 15
 #: Marker of a missing paper value (the text gives no number).
 NA = "n/a"
-SD_SUFFIX = " sd"
 #: Staged reports of the experiment now running; ``reproduce`` discards them if it fails.
 OPEN_REPORTS: list[Report] = []
 
@@ -164,151 +162,6 @@ class ExperimentResult:
     files: list[Path]
     elapsed: float
     text: str
-
-
-# ----------------------------------------------------------------------------- repeats
-def repeat_seeds(seed: int, repeats: int) -> list[int]:
-    """Seeds of ``repeats`` independent repetitions: ``seed, seed + 1, ...``."""
-    repeats = check_count(repeats, "repeats", "repeat_seeds")
-    seed = check_seed(seed, "seed", "repeat_seeds", span=repeats)
-    return [seed + r for r in range(repeats)]
-
-
-def mean_sd(values: Iterable[float | None]) -> tuple[float, float | None]:
-    """Mean and sample standard deviation (divisor ``n - 1``) of the non-missing values.
-
-    ``None`` and NaN are skipped; the sd is ``None`` with fewer than two values and the mean is
-    NaN with none.
-    """
-    kept = [float(v) for v in values if v is not None and not math.isnan(float(v))]
-    if not kept:
-        return float("nan"), None
-    mean = math.fsum(kept) / len(kept)
-    if len(kept) < 2:
-        return mean, None
-    var = math.fsum((v - mean) ** 2 for v in kept) / (len(kept) - 1)
-    return mean, math.sqrt(var)
-
-
-def aggregate(
-    records: Sequence[Mapping[str, Any]], keys: Sequence[str], values: Sequence[str]
-) -> list[dict[str, Any]]:
-    """Mean (and sd) of ``values`` over the records that share ``keys``, in first-seen order.
-
-    Every other column is taken from the first record of its group. When some group has more
-    than one record, each value column ``c`` gets a companion ``"c sd"`` placed right after it.
-
-    Args:
-        records: one dict per (condition, repeat).
-        keys: columns identifying a condition (e.g. ``["method"]``).
-        values: numeric columns to average.
-
-    Returns:
-        One row per condition.
-    """
-    groups: dict[tuple, list[Mapping[str, Any]]] = {}
-    for record in records:
-        groups.setdefault(tuple(record[k] for k in keys), []).append(record)
-    with_sd = any(len(g) > 1 for g in groups.values())
-    rows = []
-    for group in groups.values():
-        row: dict[str, Any] = {}
-        for column, value in group[0].items():
-            if column in values:
-                mean, sd = mean_sd(r.get(column) for r in group)
-                row[column] = mean
-                if with_sd:
-                    row[column + SD_SUFFIX] = sd
-            else:
-                row[column] = value
-        rows.append(row)
-    return rows
-
-
-def display_rows(rows: Sequence[Mapping[str, Any]], digits: int = 4) -> list[dict[str, Any]]:
-    """Rows for printing: each ``c`` with a ``"c sd"`` companion becomes ``"mean ± sd"`` text."""
-    shown = []
-    for row in rows:
-        out: dict[str, Any] = {}
-        for column, value in row.items():
-            if column.endswith(SD_SUFFIX) and column[: -len(SD_SUFFIX)] in row:
-                continue
-            sd_key = column + SD_SUFFIX
-            if sd_key in row and row[sd_key] is not None:
-                out[column] = f"{format_value(value, digits)} ± {format_value(row[sd_key], digits)}"
-            else:
-                out[column] = value
-        shown.append(out)
-    return shown
-
-
-# ----------------------------------------------------------------------------- metrics
-def one_vs_all(labels: Any, positive: int) -> torch.Tensor:
-    """Binary labels of the one-vs-all task ``positive`` vs the rest: ``1[labels == positive]``.
-
-    Args:
-        labels: ``[N]`` integer class labels.
-        positive: the class that becomes label 1.
-
-    Returns:
-        ``[N]`` int64 labels in {0, 1}.
-    """
-    y = as_labels(labels, "labels", "one_vs_all")
-    if not isinstance(positive, numbers.Integral) or isinstance(positive, bool):
-        raise ValueError(f"one_vs_all: `positive` must be an int (got {positive!r})")
-    return (y == int(positive)).to(torch.int64)
-
-
-def binary_scores(
-    member_probs: Any,
-    labels: Any,
-    *,
-    eta: Any = None,
-    n_bins: int = EECE_BINS,
-    seed: int = 0,
-    condition_on: str = "psi",
-) -> dict[str, float]:
-    """Accuracy, ECE, EECE (and TECE) of binary member predictions, as the paper scores them.
-
-    Args:
-        member_probs: ``[H, N]`` positive-class probabilities, or ``[H, N, 2]``.
-        labels: ``[N]`` labels in {0, 1}.
-        eta: ``[N]`` true ``P(y = 1 | x)`` when known (adds ``tece`` and ``gap = |eece - tece|``).
-        n_bins: K-means bins of the EECE (capped at the number of distinct member vectors).
-        seed: K-means seed.
-        condition_on: the TECE's conditioning (``"psi"``: on the member vector, the paper's
-            ``P(Y = 1 | Pi(X))``; equal to ``"x"`` when every point has its own vector).
-
-    Returns:
-        ``accuracy`` (mean prediction thresholded at 1/2), ``ece`` (:data:`ECE_BINS` equal-width
-        bins on the mean prediction), ``eece`` and optionally ``tece`` and ``gap``.
-    """
-    fn = "binary_scores"
-    seed = check_seed(seed, "seed", fn)
-    p = torch.as_tensor(member_probs)
-    if p.ndim == 3:
-        if p.shape[-1] != 2:
-            raise ValueError(
-                f"{fn}: `member_probs` must be [H, N] or [H, N, 2] (got shape {list(p.shape)})"
-            )
-        p = p[..., 1]
-    p = as_binary_member_probs(p, "member_probs", fn).to(torch.float64)
-    y = as_labels(labels, "labels", fn, n=p.shape[1], num_classes=2)
-    mean = p.mean(dim=0)
-    scores = {
-        "accuracy": accuracy(torch.stack([1.0 - mean, mean], dim=1), y),
-        "ece": binary_calibration_error(p, y, n_bins=ECE_BINS, binary=True),
-        "eece": expected_epistemic_calibration_error(
-            p, y, n_bins=n_bins, binning="kmeans", seed=seed, backend=EECE_BACKEND, binary=True
-        ),
-    }
-    if eta is not None:
-        e = as_confidences(eta, "eta", fn)
-        scores["tece"] = true_epistemic_calibration_error(
-            p, e, condition_on=condition_on, binary=True
-        )
-        scores["gap"] = abs(scores["eece"] - scores["tece"])
-    return scores
 
 
 def zoo_settings(quick: bool) -> ZooSettings:
@@ -434,11 +287,6 @@ def finish(
     report.commit()
     printer(f"{name}: {elapsed:.1f} s elapsed; report written to {report.out_dir}/")
     return ExperimentResult(name, tables, list(report.files), elapsed, printer.text)
-
-
-def columns_of(rows: Sequence[Mapping[str, Any]], column: str) -> list[Any]:
-    """One column of ``rows`` as a list (missing -> ``None``)."""
-    return [row.get(column) for row in rows]
 
 
 Runner = Callable[[RunOptions], ExperimentResult]
