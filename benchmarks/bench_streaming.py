@@ -3,14 +3,14 @@
 
 Three measurements, each a ratio of two runs made by this script in the same session:
 
-1. **Peak RSS**, ``bensemble evaluate P.npy --labels Y.npy --json`` on an ``N x 10`` float32
-   probability file (``N = 10^7``; ``--quick``: ``10^6``): with ``--chunk-size 65536`` (the file
-   memory-mapped, read chunk by chunk) vs without (the file loaded, as float64) - each in a
-   fresh child process, peak RSS from ``VmHWM`` in the child's ``/proc/self/status``
-   (``getrusage``'s ``ru_maxrss`` where that is missing: on Linux a child inherits the
-   parent's ``ru_maxrss`` across fork + exec, and the parent has just written the file through
-   a memory map).
-   Agreement: the largest relative difference over every number of the two JSON outputs.
+1. **Peak RSS**, ``bensemble evaluate P.npy --labels Y.npy --bootstrap 0 --json`` on an ``N x
+   10`` float32 probability file (``N = 10^7``; ``--quick``: ``10^6``): with ``--chunk-size
+   65536`` (the file memory-mapped, read chunk by chunk) vs without (the file loaded, as
+   float64) - each in a fresh child process, peak RSS from ``VmHWM`` in the child's
+   ``/proc/self/status`` (``getrusage``'s ``ru_maxrss`` where that is missing: on Linux a child
+   inherits the parent's ``ru_maxrss`` across fork + exec, and the parent has just written the
+   file through a memory map). Agreement: the largest relative difference over every number of
+   the two JSON outputs.
 2. **DDP sync time** over 2 gloo processes on loopback at ``10^6`` and ``4 * 10^6`` rows per rank:
    our :func:`bensemble.integrations.sync_` of a :class:`CalibrationErrorMeter` (45 float64
    numbers) vs torchmetrics' ``MulticlassCalibrationError`` (its ``compute()`` gathers every
@@ -119,7 +119,8 @@ def _probe_rss(mode: str, path: str, labels: str) -> None:
 
     base = _peak_rss()  # after the imports
     start = time.perf_counter()
-    argv = [path, "--labels", labels] + (["--chunk-size", "65536"] if mode == "memmap" else [])
+    argv = [path, "--labels", labels, "--bootstrap", "0"]  # the report --chunk-size writes
+    argv += ["--chunk-size", "65536"] if mode == "memmap" else []
     out = _evaluate_cli(argv)
     seconds = time.perf_counter() - start
     print(json.dumps({"rss": _peak_rss(), "base": base, "seconds": seconds, "out": out}))

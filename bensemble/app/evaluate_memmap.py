@@ -19,9 +19,12 @@ Every table of the in-memory report is there with the same numbers except the bo
 intervals (``setup["bootstrap"]`` is 0, and the verdicts read the point estimates as with
 ``--bootstrap 0``): the per-class table and the conformal empty-set rate and per-class coverage
 are additive sums per chunk. The selective table (misclassification AUROC, AURC) and the
-risk-coverage figure rank every confidence, so they are computed exactly, by the in-memory
-functions, from the **gathered** part: one float64 confidence ``max_k p_k`` and one boolean
-"argmax is right" per reported sample and stage (``O(N)`` scalars, not ``O(N * M * K)``).
+risk-coverage figure rank every confidence, so they are computed exactly from the **gathered**
+part: one float64 confidence ``max_k p_k`` and one boolean "argmax is right" per reported sample
+and stage (``O(N)`` scalars, not ``O(N * M * K)``); the two numbers by
+:mod:`bensemble.metrics._selective_sorted` (the right and wrong predictions' confidences sorted in
+place, one more float64 per sample; the in-memory functions' sort index and temporaries take
+about 1 GB at ``N = 10^7``), the figure by the in-memory display.
 
 Besides the chunk, memory holds the labels, those gathered scalars and, with a split, one boolean
 per sample and the test indices. The other figures come from the streamed sums: the reliability
@@ -44,7 +47,7 @@ from bensemble.app.evaluate import CONFORMAL_SCORES, Evaluation, split_indices
 from bensemble.app.evaluate_cli import PROG
 from bensemble.app.evaluate_report import top_confidence
 from bensemble.app.evaluate_split import CalibratedPart
-from bensemble.app.evaluate_stats import class_rows, selective_from_confidence
+from bensemble.app.evaluate_stats import class_rows, selective_from_gathered
 from bensemble.metrics._epistemic_checks import resolve_n_bins
 from bensemble.metrics._kmeans import resolve_seed
 from bensemble.metrics._kmeans_batched import single_threaded
@@ -191,7 +194,9 @@ def evaluate_memmap(
     confidence = {key: g.in_part_order(back) for key, g in gathered.items()}
     metrics = [{"stage": "unscaled", "part": part, "n": n_part}]
     metrics[0].update({key: meter.compute() for key, meter in unscaled.items()})
-    selective = [{"stage": "unscaled", **selective_from_confidence(*confidence["unscaled"])}]
+    selective = [
+        {"stage": "unscaled", **selective_from_gathered(*confidence["unscaled"], chunk_size)}
+    ]
     conformal, temperature = None, None
     if split is not None:
         temperature = split.temperature
@@ -199,7 +204,9 @@ def evaluate_memmap(
         row.update({key: meter.compute() for key, meter in scaled.items()})
         metrics.append(row)
         stage = row["stage"]
-        selective.append({"stage": stage, **selective_from_confidence(*confidence["scaled"])})
+        selective.append(
+            {"stage": stage, **selective_from_gathered(*confidence["scaled"], chunk_size)}
+        )
         conformal = split.conformal(len(conf_idx), n_part)
     ensemble, details = None, None
     if m > 1:
@@ -309,16 +316,26 @@ class ChunkedEvaluation(Evaluation):
             lower, upper = plots.wilson_interval(bins.sum_correct, bins.counts, 0.95)
             return plots.ReliabilityDisplay(bins, lower, upper, name=name).plot().figure_
 
+        def curve(key: str, row: int) -> Any:
+            # at most 2,000 exact vertices of the curve (a line through 10^7 of them costs GBs)
+            from bensemble.metrics._selective_sorted import risk_coverage_vertices
+
+            conf, correct = self.confidence[key]
+            vertices = risk_coverage_vertices(conf.numpy(), correct.numpy())
+            coverage, risk, thresholds = (torch.from_numpy(v) for v in vertices)
+            aurc = self.selective[row]["aurc"]
+            return plots.RiskCoverageDisplay(coverage, risk, thresholds, aurc=aurc)
+
         bins = self.reliability_bins
         makers: dict[str, Any] = {}
-        curves = {"unscaled": self.confidence["unscaled"]}
+        curves = {"unscaled": lambda: curve("unscaled", 0)}
         if self.temperature is None:
             makers["reliability"] = lambda: reliability(bins["reliability"], None)
         else:
             scaled = f"T = {self.temperature:.3f}"
             makers["reliability"] = lambda: reliability(bins["reliability"], "unscaled")
             makers["reliability_scaled"] = lambda: reliability(bins["reliability_scaled"], scaled)
-            curves[scaled] = self.confidence["scaled"]
+            curves[scaled] = lambda: curve("scaled", 1)
         if self.eece_details is not None:
             details = self.eece_details
             makers["epistemic_reliability"] = lambda: (
@@ -326,7 +343,9 @@ class ChunkedEvaluation(Evaluation):
                 .plot()
                 .figure_
             )
-        makers["risk_coverage"] = lambda: risk_coverage_figure(curves)
+        makers["risk_coverage"] = lambda: risk_coverage_figure(
+            {name: make() for name, make in curves.items()}
+        )
         return makers
 
 

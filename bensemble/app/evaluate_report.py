@@ -61,18 +61,23 @@ def top_confidence(probs: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Ten
     return probs.gather(1, pred[:, None]).squeeze(1).to(torch.float64), pred == labels
 
 
-def risk_coverage_figure(curves: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> Any:
-    """The risk-coverage figure of the named ``(confidence, correct)`` pairs, on one axis."""
+def risk_coverage_figure(curves: dict[str, Any]) -> Any:
+    """The risk-coverage figure of the named curves, on one axis: each a ``(confidence,
+    correct)`` pair or a ready :class:`~bensemble.plots.RiskCoverageDisplay`."""
     import matplotlib.pyplot as plt
 
     from bensemble import plots
 
     fig, ax = plt.subplots(figsize=(6, 4.5))
-    for name, (conf, correct) in curves.items():
-        display = plots.RiskCoverageDisplay.from_predictions(
-            conf, correct.to(torch.float64), name=name
-        )
-        display.plot(ax=ax)
+    for name, curve in curves.items():
+        if isinstance(curve, plots.RiskCoverageDisplay):
+            display = curve
+        else:
+            conf, correct = curve
+            display = plots.RiskCoverageDisplay.from_predictions(
+                conf, correct.to(torch.float64), name=name
+            )
+        display.plot(ax=ax, name=name)
     ax.set_title("Risk-coverage (confidence: max_k p_k)")
     return fig
 

@@ -66,6 +66,23 @@ def selective_from_confidence(conf: torch.Tensor, correct: torch.Tensor) -> dict
     }
 
 
+def selective_from_gathered(
+    conf: torch.Tensor, correct: torch.Tensor, block: int
+) -> dict[str, float | None]:
+    """:func:`selective_from_confidence` with one float64 of extra memory per sample and
+    ``O(block)`` temporaries (the chunked path's gathered ``conf [n]`` float64 and ``correct [n]``
+    bool; no sort index, see :mod:`bensemble.metrics._selective_sorted`): the same numbers up to
+    float64 summation order."""
+    from bensemble.metrics._selective_sorted import aurc_sorted, error_auroc_sorted
+
+    c = conf.to(_F64).numpy()
+    ok = correct.to(torch.bool).numpy()
+    return {
+        "error_auroc": error_auroc_sorted(c, ok, block=block),
+        "aurc": aurc_sorted(c, ok, block=block),
+    }
+
+
 def register_stage(
     plan: BootstrapPlan, prefix: str, probs: torch.Tensor, labels: torch.Tensor, n_bins: int
 ) -> None:

@@ -255,7 +255,9 @@ def test_reads_stay_within_a_chunk_and_nothing_is_materialised(tmp_path, monkeyp
     assert ev.ensemble["eece"] > 0
     assert max(spy.reads) <= chunk
     assert sum(spy.reads) >= 3 * n  # the main pass and two refinement passes, chunk by chunk
-    assert peak < full / 8, (peak, full)  # numpy-side allocations: a few chunks, not the file
+    # numpy-side allocations: a few chunks and O(N) scalars (the selective metrics sort one
+    # float64 per sample: 8 of the file's 96 bytes per sample), never the file
+    assert peak < full / 4, (peak, full)
 
 
 # ----------------------------------------------------------------------------- command line
