@@ -16,16 +16,15 @@ Three measurements, each a ratio of two runs made by this script in the same ses
    numbers) vs torchmetrics' ``MulticlassCalibrationError`` (its ``compute()`` gathers every
    sample's confidence and accuracy). Timed: the synchronising call, median of 5.
 3. ``bensemble evaluate L.npy --labels Y.npy --logits --json`` on ``200,000 x 5 x 10`` float32
-   logits (``--quick``: 2,000), in-process: today's in-memory path (the K per-class K-means fits
-   batched on single-threaded workers, Lloyd stopped at ``lloyd_rtol = 3e-4``), with
-   ``--bootstrap 0`` and with the default 200 replicates, and ``--chunk-size 65536``, vs the
-   previous implementation (the in-memory path with the exact fits in a sequential loop with
-   torch's default threads, no intervals), kept here as the baseline by running the same
-   command with ``bensemble.metrics.epistemic.fit_classes`` replaced by that loop and
-   ``lloyd_rtol`` forced to 0 (:func:`_previous_implementation`). Agreement: largest relative
-   difference of every number vs the baseline.
+   logits (``--quick``: 2,000), each run a fresh process: the previous implementation (the code
+   of commit ``b135e44``, the last before issue 13, extracted with ``git archive``; its
+   defaults: EECE 100 bins, no intervals) vs ours with the same work (``--eece-bins 100
+   --bootstrap 0``), the same with ``--chunk-size 65536``, and ours with today's defaults (EECE
+   ``auto`` bins, 200 bootstrap replicates), on a quiet machine and with ``--busy`` (2)
+   spinning processes during both runs (the oversubscribed machine of the issue's 65 s).
+   Agreement: largest relative difference over the numbers both report.
 
-Run: ``python benchmarks/bench_streaming.py [--quick] [--only rss|ddp|evaluate]``
+Run: ``python benchmarks/bench_streaming.py [--quick] [--only rss|ddp|evaluate] [--busy 2]``
 """
 
 from __future__ import annotations
@@ -236,102 +235,116 @@ def bench_ddp(sizes: list[int]) -> tuple[list[_harness.Result], list[str]]:
 # ----------------------------------------------------------------------------- 3. evaluate
 
 
-def _previous_implementation():
-    """Context: ``bensemble evaluate`` as it was before issue 13 (the 65 s path), kept as the
-    baseline: the classwise EECE's K per-class K-means fits run one after another in the caller
-    (torch's default threads) and each runs Lloyd to the exact fit's stopping rules
-    (``lloyd_rtol=0``); the caller passes ``--bootstrap 0`` (intervals did not exist)."""
-    import contextlib
-
-    import bensemble.metrics.epistemic as ep
-
-    @contextlib.contextmanager
-    def patched():
-        fit_classes, partition = ep.fit_classes, ep.partition
-
-        def sequential_loop(vectors, n_classes, n_bins, *, seed, fallback, **_):
-            return [fallback(k) for k in range(n_classes)]
-
-        def exact_partition(*args, fit_options, **kwargs):
-            return partition(*args, fit_options={**fit_options, "lloyd_rtol": 0.0}, **kwargs)
-
-        ep.fit_classes, ep.partition = sequential_loop, exact_partition
-        try:
-            yield
-        finally:
-            ep.fit_classes, ep.partition = fit_classes, partition
-
-    return patched()
+#: The last commit before issue 13's work: its ``bensemble evaluate`` is the "65 s path" (the
+#: classwise EECE's K-means fits one after another with torch's default threads, no intervals).
+PREVIOUS_COMMIT = "b135e44"
 
 
-def bench_evaluate(n: int) -> tuple[list[_harness.Result], list[str]]:
+def _previous_tree(tmp: str) -> str:
+    """``bensemble/`` as of :data:`PREVIOUS_COMMIT`, extracted under ``tmp``; its root."""
+    root = os.path.join(tmp, "previous")
+    os.makedirs(root)
+    try:
+        archive = subprocess.run(
+            ["git", "-C", str(HERE.parent), "archive", PREVIOUS_COMMIT, "bensemble"],
+            capture_output=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise SystemExit(
+            f"bench_streaming: the baseline is `bensemble evaluate` at commit {PREVIOUS_COMMIT}; "
+            f"this needs a git clone with that commit ({exc})"
+        ) from exc
+    subprocess.run(["tar", "-x", "-C", root], input=archive, check=True)
+    return root
+
+
+def _evaluate_child(root: str, argv: list[str]) -> tuple[dict, float, float]:
+    """``bensemble evaluate ARGV --json`` of the package under ``root`` in a fresh process:
+    its JSON, wall seconds and CPU seconds (all threads)."""
+    code = "import sys; from bensemble.cli import main; sys.exit(main(sys.argv[1:]))"
+    env = dict(os.environ, PYTHONPATH=root)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "evaluate", *argv, "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,  # `python -c` puts the working directory first on sys.path
+    )
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"bensemble evaluate ({root}) exited {proc.returncode}: {proc.stderr}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return json.loads(proc.stdout), wall, cpu
+
+
+def _common_rel_diff(a: dict, b: dict) -> str:
+    """Largest relative difference over the numbers both payloads report, and where."""
+    na, nb = _numbers(a), _numbers(b)
+    diffs = [(abs(na[k] - nb[k]) / max(abs(nb[k]), 1e-300), k) for k in set(na) & set(nb)]
+    worst, key = max(diffs, default=(0.0, "-"))
+    return f"{worst:.1e} ({key.lstrip('.')})"
+
+
+def bench_evaluate(n: int, busy: int) -> tuple[list[_harness.Result], list[str]]:
     from bensemble.metrics.epistemic import auto_n_bins
 
     g = torch.Generator().manual_seed(0)
     z = 2 * torch.randn(5, n, 10, generator=g, dtype=torch.float64)
     z += 2 * torch.randn(1, n, 10, generator=g, dtype=torch.float64)
     y = torch.randint(0, 10, (n,), generator=g)
-    timed = {}
+    rows, notes = [], []
     with tempfile.TemporaryDirectory(prefix="bench-evaluate-") as tmp:
+        previous, ours = _previous_tree(tmp), str(HERE.parent)
         path, labels = os.path.join(tmp, "logits.npy"), os.path.join(tmp, "labels.npy")
         np.save(path, z.to(torch.float32).numpy())
         np.save(labels, y.numpy())
         argv = [path, "--labels", labels, "--logits"]
+        same = [*argv, "--bootstrap", "0", "--eece-bins", "100"]  # the previous defaults
         runs = {
-            "base": [*argv, "--bootstrap", "0"],
-            "ours": [*argv, "--bootstrap", "0"],
-            "default": argv,  # the CLI default: 200 bootstrap replicates
-            "chunked": [*argv, "--bootstrap", "0", "--chunk-size", "65536"],
+            "same work (EECE 100 bins, no intervals)": same,
+            "chunked, same work": [*same, "--chunk-size", "65536"],
+            f"defaults (EECE {auto_n_bins(n)} bins, 200 bootstrap replicates)": argv,
         }
-        for name, args in runs.items():
-            t0, c0 = time.perf_counter(), time.process_time()
-            if name == "base":
-                with _previous_implementation():
-                    out = _evaluate_cli(args)
-            else:
-                out = _evaluate_cli(args)
-            timed[name] = (out, time.perf_counter() - t0, time.process_time() - c0)
-    (base, t_base, c_base), (ours, t_ours, c_ours) = timed["base"], timed["ours"]
-    (_, t_default, c_default), (chunked, t_chunked, _) = timed["default"], timed["chunked"]
-    size = f"{n:,} x 5 x 10 logits, EECE {auto_n_bins(n)} bins"
-    baseline = "previous: in memory, sequential exact per-class K-means, no intervals"
-    rows = [
-        _harness.Result(
-            f"`bensemble evaluate --bootstrap 0` {size}",
-            baseline,
-            t_base,
-            t_ours,
-            _max_rel_diff(ours, base),
-            target=5.0,
-            note="ours: in memory, the same outputs as the baseline; agreement: max relative "
-            "difference of every number (the EECE's Lloyd stopping rule)",
-        ),
-        _harness.Result(
-            f"`bensemble evaluate` {size}",
-            baseline,
-            t_base,
-            t_default,
-            None,
-            target=5.0,
-            note="ours: the default, with 95% bootstrap intervals (200 replicates), which the "
-            "baseline does not compute",
-        ),
-        _harness.Result(
-            f"`bensemble evaluate --bootstrap 0 --chunk-size 65536` {size}",
-            baseline,
-            t_base,
-            t_chunked,
-            _max_rel_diff(chunked, base),
-            target=5.0,
-            note="ours: memory-mapped, chunk by chunk",
-        ),
-    ]
-    notes = [
-        f"evaluate: {torch.get_num_threads()} torch threads in the caller; CPU time of this "
-        f"process: baseline {c_base:.1f} s, ours {c_ours:.1f} s ({c_base / c_ours:.1f}x), "
-        f"default with intervals {c_default:.1f} s ({c_base / c_default:.1f}x); --chunk-size vs "
-        f"in memory: max relative difference {_max_rel_diff(chunked, ours):.1e}"
-    ]
+        for load in (0, busy) if busy else (0,):
+            spinners = [
+                subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(load)
+            ]
+            try:
+                base, t_base, c_base = _evaluate_child(previous, argv)
+                timed = {name: _evaluate_child(ours, args) for name, args in runs.items()}
+            finally:
+                for p in spinners:
+                    p.kill()
+                    p.wait()
+            condition = f"{load} busy processes" if load else "quiet"
+            for name, (out, t, c) in timed.items():
+                agreement = None if name.startswith("defaults") else _common_rel_diff(out, base)
+                rows.append(
+                    _harness.Result(
+                        f"`bensemble evaluate` {n:,} x 5 x 10 logits, ours: {name}; {condition}",
+                        f"previous implementation (commit {PREVIOUS_COMMIT}, its defaults: "
+                        "EECE 100 bins, no intervals)",
+                        t_base,
+                        t,
+                        agreement,
+                        target=5.0,
+                        note=f"wall clock of a fresh process each; CPU {c_base:.1f} s vs {c:.1f} s"
+                        + (
+                            ""
+                            if agreement is None
+                            else "; agreement: max relative difference of the numbers both report"
+                        ),
+                    )
+                )
+    notes.append(
+        f"evaluate: baseline = `bensemble evaluate` as of commit {PREVIOUS_COMMIT} (before issue "
+        f"13), run from `git archive`; ours = this tree; each a fresh process; {busy} busy = that "
+        "many spinning processes during both runs (the oversubscribed machine of the issue's 65 s)"
+    )
     return rows, notes
 
 
@@ -340,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes, no results file")
     parser.add_argument("--only", choices=("rss", "ddp", "evaluate"), default=None)
     parser.add_argument("--repeats", type=int, default=1, help="RSS runs (each a fresh process)")
+    parser.add_argument(
+        "--busy", type=int, default=2, help="spinning processes in the loaded evaluate rows (2)"
+    )
     parser.add_argument("--probe", nargs=3, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe:
@@ -367,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         notes += n
         print(_harness.format_table(r), *n, sep="\n", file=sys.stderr, flush=True)
     if args.only in (None, "evaluate"):
-        r, n = bench_evaluate(2_000 if args.quick else 200_000)
+        r, n = bench_evaluate(2_000 if args.quick else 200_000, args.busy)
         results += r
         notes += n
         print(_harness.format_table(r), *n, sep="\n", file=sys.stderr, flush=True)
