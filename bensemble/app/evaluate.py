@@ -113,6 +113,13 @@ class Evaluation:
     verdicts: list[dict[str, str]] = field(default_factory=list)
     sets: torch.Tensor | None = field(default=None, repr=False)
 
+    def figure_makers(self) -> dict[str, Any]:
+        """The report's figures (file stem -> function drawing it) for
+        :func:`~bensemble.app.evaluate_report.write_evaluation`, from the per-sample tensors."""
+        from bensemble.app.evaluate_report import _makers
+
+        return _makers(self, self.setup["n_bins"])
+
     def to_dict(self) -> dict[str, Any]:
         """The numbers as plain JSON-ready Python objects (no tensors)."""
         return {

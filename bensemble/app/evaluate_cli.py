@@ -171,26 +171,27 @@ def run_evaluate(args: argparse.Namespace) -> int:
     nothing is written.
     """
     fn = PROG
-    if getattr(args, "chunk_size", None) is not None:  # memory-mapped .npy, chunk by chunk
-        from bensemble.app.evaluate_stream import run_evaluate_chunked
-
-        return run_evaluate_chunked(args)
+    chunk_size = getattr(args, "chunk_size", None)
+    evaluate = _evaluate_args
+    if chunk_size is not None:  # memory-mapped .npy, chunk by chunk
+        from bensemble.app.evaluate_stream import evaluate_chunked_args as evaluate
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             out = _out_folder(args, fn)
-            ev = _evaluate_args(args, fn, out)
+            ev = evaluate(args, fn, out)
         except ValueError as exc:  # the error alone: a usage error is one line
             print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
             return 2
     _print_warnings(caught)
-    extra = {
-        "inputs": {
-            "predictions": str(args.predictions),
-            "labels": str(args.labels),
-            "logits": bool(args.logits),
-        }
+    inputs = {
+        "predictions": str(args.predictions),
+        "labels": str(args.labels),
+        "logits": bool(args.logits),
     }
+    if chunk_size is not None:
+        inputs["chunk_size"] = chunk_size
+    extra = {"inputs": inputs}
     report = None
     if out is not None:
         try:
@@ -216,7 +217,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print(to_json(payload))
         return 0
     _print_tables(ev)
-    print(f"\nreport: {len(report.files)} files in {out}{os.sep}")
+    if report is not None:
+        print(f"\nreport: {len(report.files)} files in {out}{os.sep}")
     return 0
 
 

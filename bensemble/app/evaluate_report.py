@@ -173,8 +173,9 @@ def write_evaluation(
     exactly this run's files; an earlier report there is replaced only with ``overwrite``, and a
     folder holding anything else is refused (``ValueError``). ``summary.json`` records the
     versions (:func:`~bensemble.app.report.environment`) and under ``"files"`` exactly the
-    files written. ``figures`` (file stem -> function drawing a figure) replaces the figures drawn
-    from ``ev``'s per-sample tensors (``--chunk-size`` draws them from streamed sums).
+    files written. The figures are ``ev.figure_makers()`` (the in-memory evaluation draws them
+    from its per-sample tensors, the chunked one from streamed sums) unless ``figures`` (file
+    stem -> function drawing a figure) replaces them.
 
     Returns:
         The :class:`~bensemble.app.report.Report`; ``report.files`` lists what was
@@ -184,7 +185,7 @@ def write_evaluation(
     from bensemble.app.html import render_html
 
     report = Report(out_dir, staged=True, overwrite=overwrite)
-    makers = _makers(ev, ev.setup["n_bins"]) if figures is None else figures
+    makers = ev.figure_makers() if figures is None else figures
     figs, problems = draw_figures(makers)
     report.problems = problems
     try:

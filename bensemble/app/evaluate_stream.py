@@ -1,7 +1,8 @@
 """``bensemble evaluate --chunk-size N``: the command line of the chunked evaluation.
 
 :func:`add_chunk_size_argument` adds the option to the ``evaluate`` parser and
-:func:`run_evaluate_chunked` runs the command when it is given: the predictions must be a
+:func:`evaluate_chunked_args` evaluates when it is given
+(:func:`~bensemble.app.evaluate_cli.run_evaluate` runs the command): the predictions must be a
 ``.npy`` file (opened memory-mapped; any other format exits 2 with one line), the labels may be
 any format :func:`~bensemble.io.load_labels` reads, and the numbers come from
 :func:`~bensemble.app.evaluate_memmap.evaluate_memmap`. Exit status, messages and ``--json`` are
@@ -14,9 +15,6 @@ streamed per-bin sums and the gathered confidences, :mod:`bensemble.app.evaluate
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -27,22 +25,16 @@ from bensemble.app._options import check_seed
 from bensemble.app.evaluate import MAX_PER_CLASS, Evaluation
 from bensemble.app.evaluate_cli import (
     MAX_BINS,
-    PROG,
     _check_out,
-    _one_line,
-    _out_folder,
-    _print_tables,
-    _print_warnings,
 )
 from bensemble.app.evaluate_memmap import evaluate_memmap
-from bensemble.app.evaluate_report import planned_files, write_evaluation
-from bensemble.app.report import to_json
+from bensemble.app.evaluate_report import planned_files
 from bensemble.io import InputError, load_labels, split_key
 
 __all__ = [
     "add_chunk_size_argument",
     "evaluate_memmap",
-    "run_evaluate_chunked",
+    "evaluate_chunked_args",
 ]
 
 #: Options of ``bensemble evaluate`` that need every sample in memory (refused with --chunk-size,
@@ -114,8 +106,10 @@ def _open_predictions(args: argparse.Namespace, fn: str) -> Any:
     return array
 
 
-def _evaluate_args(args: argparse.Namespace, fn: str, out: Path | None) -> Evaluation:
-    """Check everything, open the file memory-mapped, then evaluate (nothing is written)."""
+def evaluate_chunked_args(args: argparse.Namespace, fn: str, out: Path | None) -> Evaluation:
+    """``bensemble evaluate ... --chunk-size N`` for parsed ``args`` (called by
+    :func:`~bensemble.app.evaluate_cli.run_evaluate`): check everything, open the file
+    memory-mapped, then evaluate (nothing is written)."""
     for attr, option, why in NOT_STREAMED:
         if getattr(args, attr, None):  # None (not given) and 0 are accepted
             raise InputError(
@@ -160,54 +154,3 @@ def _evaluate_args(args: argparse.Namespace, fn: str, out: Path | None) -> Evalu
         name="predictions",
         source=str(split_key(args.predictions)[0]),
     )
-
-
-def run_evaluate_chunked(args: argparse.Namespace) -> int:
-    """``bensemble evaluate ... --chunk-size N`` (exit status and messages as ``run_evaluate``)."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            out = _out_folder(args, PROG)
-            ev = _evaluate_args(args, PROG, out)
-        except ValueError as exc:
-            print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
-            return 2
-    _print_warnings(caught)
-    extra = {
-        "inputs": {
-            "predictions": str(args.predictions),
-            "labels": str(args.labels),
-            "logits": bool(args.logits),
-            "chunk_size": args.chunk_size,
-        }
-    }
-    report = None
-    if out is not None:
-        try:
-            report = write_evaluation(
-                ev, out, extra=extra, overwrite=args.overwrite, figures=ev.figure_makers()
-            )
-        except (OSError, ValueError) as exc:
-            print(
-                f"{PROG}: error: could not write the report to {out}: {_one_line(exc)}",
-                file=sys.stderr,
-            )
-            return 1
-        for problem in report.problems:
-            print(f"{PROG}: warning: {problem}", file=sys.stderr)
-    if args.json:
-        payload = ev.to_dict()
-        payload.update(extra)
-        payload["report"] = None
-        if report is not None:
-            payload["report"] = {
-                "out": str(out),
-                "files": [str(f) for f in report.files],
-                "problems": list(report.problems),
-            }
-        print(to_json(payload))
-        return 0
-    _print_tables(ev)
-    if report is not None:
-        print(f"\nreport: {len(report.files)} files in {out}{os.sep}")
-    return 0

@@ -422,7 +422,7 @@ def test_probabilities_passed_as_logits_warn_as_in_memory(tmp_path, capsys):
 def test_options_needing_every_sample_are_refused_with_one_line(tmp_path, capsys):
     """An option the chunked run cannot honour exactly (bootstrap intervals) is refused, with the
     reason; ``--bootstrap 0`` (what the chunked report is) is accepted."""
-    from bensemble.app.evaluate_stream import run_evaluate_chunked
+    from bensemble.app.evaluate_cli import run_evaluate
     from bensemble.cli import _build_parser
 
     z, y = _data(1, n=20)
@@ -431,7 +431,7 @@ def test_options_needing_every_sample_are_refused_with_one_line(tmp_path, capsys
     argv = ["evaluate", str(pred), "--labels", str(lab), "--chunk-size", "4", "--json"]
     args = _build_parser().parse_args(argv)
     args.bootstrap = 200
-    assert run_evaluate_chunked(args) == 2
+    assert run_evaluate(args) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(PROG) and "--bootstrap" in err[0]
     out = tmp_path / "r"
