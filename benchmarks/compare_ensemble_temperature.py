@@ -2,7 +2,7 @@
 
 The digits demo's ensembles (``bensemble demo``: scikit-learn's 8x8 digits, train / calibration /
 test = 60 / 20 / 20 % stratified, the calibration part halved by ``split_calibration(...,
-stratify=True)``, members from :func:`bensemble.experiments.zoo.member_probs`) are scaled in two
+stratify=True)``, members from :func:`bensemble.methods.zoo.member_probs`) are scaled in two
 ways, both fitted on the same temperature half and scored on the same untouched test part:
 
 * (a) ``pooled``: ordinary temperature scaling of the ensemble's log-probabilities
@@ -70,7 +70,7 @@ def _fit(scaler, *args, **kwargs):
 
 def compare(method: str, seed: int, settings) -> dict[str, object]:
     from bensemble.calibration import TemperatureScaling
-    from bensemble.experiments.zoo import member_probs
+    from bensemble.methods.zoo import member_probs
 
     x, y, train, cal, test, fit_part = _digits(seed)
     x_eval = torch.cat([x[cal], x[test]])
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="ZooSettings.quick() members")
     args = parser.parse_args(argv)
 
-    from bensemble.experiments.zoo import ZooSettings
+    from bensemble.methods.zoo import ZooSettings
 
     torch.set_num_threads(1)
     settings = ZooSettings.quick() if args.quick else ZooSettings()

@@ -26,7 +26,7 @@ import torch
 
 from bensemble.datasets import make_toy_gaussians
 from bensemble.experiments._common import single_thread, zoo_settings
-from bensemble.experiments.zoo import member_probs
+from bensemble.methods.zoo import member_probs
 from bensemble.metrics import expected_epistemic_calibration_error
 
 BACKENDS = ("torch", "sklearn")

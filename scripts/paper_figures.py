@@ -48,14 +48,14 @@ def toy_maps(out: Path, side: int, seed: int) -> None:
 
     from bensemble.datasets import make_toy_gaussians, make_toy_grid
     from bensemble.experiments.illustrative import DEFAULT_CLIP
-    from bensemble.experiments.zoo import (
+    from bensemble.methods import gaussian_members
+    from bensemble.methods.zoo import (
         ILLUSTRATIVE_METHODS,
         PAPER_ORDER,
         ZooSettings,
         illustrative_outputs,
         member_probs,
     )
-    from bensemble.methods import gaussian_members
     from bensemble.plots import plot_toy_maps, toy_map_pairs
 
     settings = replace(ZooSettings(), epochs=1000, batch_size=None)  # as `reproduce toy`
@@ -97,7 +97,7 @@ def digits(out: Path, seed: int) -> None:
     from sklearn.model_selection import train_test_split
 
     from bensemble.calibration import fit_temperature
-    from bensemble.experiments.zoo import ZooSettings, member_probs
+    from bensemble.methods.zoo import ZooSettings, member_probs
     from bensemble.metrics import expected_epistemic_calibration_error, selective_confidence
     from bensemble.plots import (
         EpistemicReliabilityDisplay,

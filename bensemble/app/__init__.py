@@ -6,12 +6,11 @@
   intervals, notes and verdicts: :mod:`bensemble.app.evaluate_summary`);
 * :mod:`bensemble.app.bootstrap` - vectorised percentile bootstrap intervals of the headline
   metrics; :mod:`bensemble.app.verdict` - the rules behind the report's three questions;
-* :mod:`bensemble.app.evaluate_html` / :mod:`bensemble.app.demo_html` - the ``report.html`` pages
-  (rendered by :mod:`bensemble.app.html`);
-* :mod:`bensemble.app.report` - the report writer (tables as Markdown/CSV/JSON, figures);
-* :mod:`bensemble.app._folder` / :mod:`bensemble.app._options` - report folders and option checks.
+* :mod:`bensemble.app.evaluate_html` / :mod:`bensemble.app.demo_html` - the ``report.html`` pages.
 
-The paper's reproductions live in :mod:`bensemble.experiments`.
+The report kit both applications and the paper's reproductions (:mod:`bensemble.experiments`)
+write with lives beneath them in :mod:`bensemble.reporting`; the nine methods' member builder in
+:mod:`bensemble.methods.zoo`.
 """
 
 __all__: list[str] = []

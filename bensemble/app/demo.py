@@ -10,7 +10,7 @@ Two datasets, nothing downloaded:
   10-class members run on all ten classes; the binary-only ones (Bayesian logistic regression and
   the three illustrative methods) run one-vs-all on :data:`ONE_VS_ALL_DIGIT` against the rest.
 
-Protocol for every method (:func:`bensemble.experiments.zoo.member_probs`, one call per method so
+Protocol for every method (:func:`bensemble.methods.zoo.member_probs`, one call per method so
 that calibration, test and grid points see the same members):
 
 1. The calibration set is cut in two separate halves
@@ -53,8 +53,8 @@ import torch
 from tqdm.auto import tqdm
 
 from bensemble import _progress
-from bensemble.app._folder import check_out_text, check_report_folder
-from bensemble.app._options import check_count, check_seed
+from bensemble._options import check_seed
+from bensemble.app.demo_config import DIGITS_MULTICLASS, DemoConfig
 from bensemble.app.demo_data import ONE_VS_ALL_DIGIT
 from bensemble.app.demo_data import digits_runs as _digits_runs
 from bensemble.app.demo_data import toy_runs as _toy_runs
@@ -72,11 +72,12 @@ from bensemble.app.demo_protocol import (
     _evaluate_method,  # noqa: F401
     _MethodRun,
 )
-from bensemble.app.html import render_html
-from bensemble.app.report import Report, environment, format_table
+from bensemble.reporting._folder import check_out_text, check_report_folder
+from bensemble.reporting.html import render_html
+from bensemble.reporting.report import Report, environment, format_table
 
 if TYPE_CHECKING:
-    from bensemble.experiments.zoo import ZooSettings
+    pass
 
 __all__ = [
     "ALPHA",
@@ -87,56 +88,6 @@ __all__ = [
     "run_demo",
     "run_demo_command",
 ]
-
-#: Methods whose members are 10-class on digits.
-DIGITS_MULTICLASS = ("DropConnect", "Random Forest", "MC-Dropout", "Deep Ensemble", "Bayesian Deep")
-#: Binary-only methods, run one-vs-all on digits.
-DIGITS_BINARY_ONLY = ("Centroids", "Bayesian Log. Reg.", "Likelihood", "EK-NN")
-
-
-@dataclass(frozen=True)
-class DemoConfig:
-    """Sizes, methods and method settings of a demo run (defaults: the full demo).
-
-    Attributes:
-        toy_train, toy_calibration, toy_test: sizes of the three toy draws.
-        grid_per_axis: side of the toy grid of the EU maps.
-        toy_methods: methods run on the toy data (``None``: all nine).
-        digits_methods: methods run on the ten digit classes.
-        digits_binary_methods: binary-only methods run one-vs-all on digits.
-        settings: method settings (``None``: the paper's, ``ZooSettings()``).
-    """
-
-    toy_train: int = 200
-    toy_calibration: int = 1000
-    toy_test: int = 2000
-    grid_per_axis: int = 60
-    toy_methods: tuple[str, ...] | None = None
-    digits_methods: tuple[str, ...] = DIGITS_MULTICLASS
-    digits_binary_methods: tuple[str, ...] = DIGITS_BINARY_ONLY
-    settings: ZooSettings | None = None
-
-    def __post_init__(self) -> None:
-        fn = "DemoConfig"
-        for name in ("toy_train", "toy_calibration", "toy_test"):
-            check_count(getattr(self, name), name, fn, minimum=2)
-        check_count(self.grid_per_axis, "grid_per_axis", fn, minimum=2)
-
-    @classmethod
-    def quick(cls) -> DemoConfig:
-        """The ``--quick`` version: fewer points, methods, members and epochs."""
-        from bensemble.experiments.zoo import ZooSettings
-
-        return cls(
-            toy_train=100,
-            toy_calibration=400,
-            toy_test=600,
-            grid_per_axis=25,
-            toy_methods=("Random Forest", "MC-Dropout", "Deep Ensemble", "EK-NN"),
-            digits_methods=("Random Forest", "Deep Ensemble"),
-            digits_binary_methods=("EK-NN",),
-            settings=ZooSettings.quick(epochs=8, n_members=3, n_samples=20, n_trees=20),
-        )
 
 
 @dataclass
@@ -209,7 +160,7 @@ def run_demo(
     start = time.perf_counter()
     seed = check_seed(seed, "seed", "run_demo")
     out = check_out_text(out, "run_demo", option="`out`")
-    from bensemble.experiments.zoo import PAPER_ORDER, ZooSettings
+    from bensemble.methods.zoo import PAPER_ORDER, ZooSettings
 
     config = config or (DemoConfig.quick() if quick else DemoConfig())
     _check_config(config, PAPER_ORDER)

@@ -11,8 +11,8 @@ from bensemble.app.demo_figures import FIGURE_METHODS
 from bensemble.app.demo_protocol import _eece_bins, _evaluate_method
 
 if TYPE_CHECKING:
-    from bensemble.app.demo import DemoConfig
-    from bensemble.experiments.zoo import ZooSettings
+    from bensemble.app.demo_config import DemoConfig
+    from bensemble.methods.zoo import ZooSettings
 
 __all__ = ["ONE_VS_ALL_DIGIT", "digits_runs", "toy_runs"]
 
@@ -23,7 +23,7 @@ ONE_VS_ALL_DIGIT = 8
 def toy_runs(config: DemoConfig, seed: int, settings: ZooSettings, bar: Any) -> tuple:
     from bensemble.conformal import split_calibration
     from bensemble.datasets import make_toy_gaussians, make_toy_grid
-    from bensemble.experiments.zoo import PAPER_ORDER, member_probs
+    from bensemble.methods.zoo import PAPER_ORDER, member_probs
 
     g = torch.Generator().manual_seed(seed)
     train = make_toy_gaussians(config.toy_train, generator=g)
@@ -66,7 +66,7 @@ def digits_runs(config: DemoConfig, seed: int, settings: ZooSettings, bar: Any) 
     from sklearn.model_selection import train_test_split
 
     from bensemble.conformal import split_calibration
-    from bensemble.experiments.zoo import PAPER_ORDER, member_probs
+    from bensemble.methods.zoo import PAPER_ORDER, member_probs
 
     data = load_digits()
     x = torch.tensor(data.data / 16.0, dtype=torch.float32)

@@ -97,7 +97,7 @@ def maps_figure(runs: list, grid_x: torch.Tensor, x_train, y_train) -> Any:
     reports, refitted on ``x_train`` (the paper's fig. 2(a)); the squared error is that of the
     members drawn from it.
     """
-    from bensemble.experiments.zoo import ILLUSTRATIVE_METHODS, illustrative_outputs
+    from bensemble.methods.zoo import ILLUSTRATIVE_METHODS, illustrative_outputs
     from bensemble.plots import plot_toy_maps, toy_map_pairs
 
     eu, error, reported = {}, {}, []

@@ -25,7 +25,6 @@ from bensemble.app.bootstrap import (
 )
 from bensemble.app.evaluate_report import PngBytes, png_bytes
 from bensemble.app.evaluate_stats import eece_partition, per_sample_nll
-from bensemble.app.html import HtmlFigure, HtmlReport, HtmlSection, HtmlTable, Verdict
 from bensemble.app.verdict import (
     QUESTIONS,
     RULES,
@@ -34,6 +33,7 @@ from bensemble.app.verdict import (
     scaling_verdict,
     verdict_dict,
 )
+from bensemble.reporting.html import HtmlFigure, HtmlReport, HtmlSection, HtmlTable, Verdict
 
 __all__ = ["DatasetPage", "add_figures", "demo_page", "method_verdicts"]
 

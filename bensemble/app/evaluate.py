@@ -42,7 +42,7 @@ import torch
 
 from bensemble import _progress
 from bensemble import _validation as V
-from bensemble.app._options import check_seed
+from bensemble._options import check_seed
 from bensemble.app.bootstrap import DEFAULT_BOOTSTRAP, check_bootstrap
 from bensemble.app.evaluate_report import planned_files, write_evaluation
 from bensemble.app.evaluate_stats import selective_scores

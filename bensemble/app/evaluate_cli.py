@@ -14,8 +14,7 @@ import warnings
 from pathlib import Path
 
 from bensemble import _validation as V
-from bensemble.app._folder import check_out_text, check_report_folder
-from bensemble.app._options import check_seed
+from bensemble._options import check_seed
 from bensemble.app.bootstrap import DEFAULT_BOOTSTRAP, check_bootstrap
 from bensemble.app.evaluate import (
     CONFORMAL_SCORES,
@@ -24,8 +23,9 @@ from bensemble.app.evaluate import (
     evaluate_predictions,
 )
 from bensemble.app.evaluate_report import planned_files, write_evaluation
-from bensemble.app.report import format_table, to_json
 from bensemble.io import InputError, load_labels, load_predictions, split_key
+from bensemble.reporting._folder import check_out_text, check_report_folder
+from bensemble.reporting.report import format_table, to_json
 
 __all__ = ["add_evaluate_parser", "run_evaluate"]
 

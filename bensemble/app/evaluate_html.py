@@ -1,17 +1,17 @@
 """The page of ``report.html`` for ``bensemble evaluate``, as data for
-:func:`~bensemble.app.html.render_html`.
+:func:`~bensemble.reporting.html.render_html`.
 
 :func:`evaluation_page` lays an :class:`~bensemble.app.evaluate.Evaluation` out as an
-:class:`~bensemble.app.html.HtmlReport`: the three verdicts on top, then the protocol and how the
-verdicts are decided, the notes, and one section per table with its column definitions and its
-figures (the PNG bytes the report folder also holds).
+:class:`~bensemble.reporting.html.HtmlReport`: the three verdicts on top, then the protocol and
+how the verdicts are decided, the notes, and one section per table with its column definitions
+and its figures (the PNG bytes the report folder also holds).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from bensemble.app.html import HtmlFigure, HtmlReport, HtmlSection, HtmlTable, Verdict
+from bensemble.reporting.html import HtmlFigure, HtmlReport, HtmlSection, HtmlTable, Verdict
 
 if TYPE_CHECKING:
     from bensemble.app.evaluate import Evaluation
@@ -32,8 +32,8 @@ FIGURE_CAPTIONS = {
 
 
 def verdicts_of(rows: list[dict[str, str]]) -> list[Verdict]:
-    """The :class:`~bensemble.app.html.Verdict` of each verdict dict (``rule`` goes to the page's
-    protocol section)."""
+    """The :class:`~bensemble.reporting.html.Verdict` of each verdict dict (``rule`` goes to the
+    page's protocol section)."""
     return [Verdict(v["question"], v["answer"], v["status"], v["detail"]) for v in rows]
 
 

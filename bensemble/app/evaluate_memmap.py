@@ -42,7 +42,7 @@ import torch
 
 from bensemble import _progress
 from bensemble import _validation as V
-from bensemble.app._options import check_seed
+from bensemble._options import check_seed
 from bensemble.app.evaluate import CONFORMAL_SCORES, Evaluation, split_indices
 from bensemble.app.evaluate_cli import PROG
 from bensemble.app.evaluate_report import top_confidence

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from bensemble.app.report import Report, environment, markdown_table
+from bensemble.reporting.report import Report, environment, markdown_table
 
 if TYPE_CHECKING:
     from bensemble.app.evaluate import Evaluation
@@ -172,17 +172,17 @@ def write_evaluation(
     The files are staged beside ``out_dir`` and swapped in at the end, so ``out_dir`` holds
     exactly this run's files; an earlier report there is replaced only with ``overwrite``, and a
     folder holding anything else is refused (``ValueError``). ``summary.json`` records the
-    versions (:func:`~bensemble.app.report.environment`) and under ``"files"`` exactly the
+    versions (:func:`~bensemble.reporting.report.environment`) and under ``"files"`` exactly the
     files written. The figures are ``ev.figure_makers()`` (the in-memory evaluation draws them
     from its per-sample tensors, the chunked one from streamed sums) unless ``figures`` (file
     stem -> function drawing a figure) replaces them.
 
     Returns:
-        The :class:`~bensemble.app.report.Report`; ``report.files`` lists what was
+        The :class:`~bensemble.reporting.report.Report`; ``report.files`` lists what was
         written and ``report.problems`` the figures left out.
     """
     from bensemble.app.evaluate_html import evaluation_page
-    from bensemble.app.html import render_html
+    from bensemble.reporting.html import render_html
 
     report = Report(out_dir, staged=True, overwrite=overwrite)
     makers = ev.figure_makers() if figures is None else figures

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from bensemble import _validation as V
-from bensemble.app._options import check_seed
+from bensemble._options import check_seed
 from bensemble.app.evaluate import MAX_PER_CLASS, Evaluation
 from bensemble.app.evaluate_cli import (
     MAX_BINS,

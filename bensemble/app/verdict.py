@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from bensemble.app.html import Verdict
+from bensemble.reporting.html import Verdict
 
 __all__ = [
     "ECE_THRESHOLD",

@@ -1,9 +1,9 @@
 """Shared pieces of the paper's reproductions (``bensemble reproduce``).
 
 Every experiment is a function ``run(options) -> ExperimentResult`` that trains producers through
-the public API (:mod:`bensemble.experiments.zoo`, :mod:`bensemble.methods`), scores them with
+the public API (:mod:`bensemble.methods.zoo`, :mod:`bensemble.methods`), scores them with
 :mod:`bensemble.metrics`, prints its table(s) with the paper's value beside ours and writes them
-with :class:`~bensemble.app.report.Report`. This module holds what they share:
+with :class:`~bensemble.reporting.report.Report`. This module holds what they share:
 
 * :class:`RunOptions` / :class:`ExperimentResult` - what comes in and what goes out;
 * :func:`repeat_seeds`, :func:`mean_sd`, :func:`aggregate` - repeats and their mean +- sd
@@ -32,10 +32,8 @@ from typing import Any
 import torch
 
 from bensemble import _progress
+from bensemble._options import check_count, check_seed
 from bensemble._validation import check_positive_int
-from bensemble.app._folder import check_out_text
-from bensemble.app._options import check_count, check_seed
-from bensemble.app.report import Report, environment, format_table
 from bensemble.experiments._plotting import bar_figure, line_figure
 from bensemble.experiments._repeats import (
     SD_SUFFIX,  # noqa: F401 - re-exported (the "c sd" column suffix)
@@ -52,8 +50,10 @@ from bensemble.experiments._scores import (
     binary_scores,
     one_vs_all,
 )
-from bensemble.experiments.zoo import ZooSettings, member_probs
 from bensemble.methods import EvidentialKNN
+from bensemble.methods.zoo import ZooSettings, member_probs
+from bensemble.reporting._folder import check_out_text
+from bensemble.reporting.report import Report, environment, format_table
 
 __all__ = [
     "ECE_BINS",
@@ -180,7 +180,7 @@ EKNN_NEIGHBOURS = 12
 def method_member_probs(
     method: str, x_train: Any, y_train: Any, x_eval: Any, *, settings: ZooSettings, seed: int
 ) -> tuple[torch.Tensor, str | None]:
-    """:func:`~bensemble.experiments.zoo.member_probs`, except EK-NN on fewer than 12 points.
+    """:func:`~bensemble.methods.zoo.member_probs`, except EK-NN on fewer than 12 points.
 
     The paper's EK-NN uses ``k = 12`` neighbours, which a 10-point training set (the toy
     experiment) cannot provide; there ``k`` becomes the number of training points and a note
@@ -268,7 +268,7 @@ def finish(
     """Write ``elapsed.txt`` and ``summary.json``, swap the report folder in, build the result.
 
     ``summary.json`` holds the experiment, its options (when given), the elapsed time, the
-    versions (:func:`~bensemble.app.report.environment`) and the list of files.
+    versions (:func:`~bensemble.reporting.report.environment`) and the list of files.
     """
     elapsed = watch.elapsed
     report.add_text("elapsed.txt", f"{elapsed:.1f}\n")

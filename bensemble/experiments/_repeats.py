@@ -13,8 +13,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from bensemble.app._options import check_count, check_seed
-from bensemble.app.report import format_value
+from bensemble._options import check_count, check_seed
+from bensemble.reporting.report import format_value
 
 __all__ = [
     "SD_SUFFIX",

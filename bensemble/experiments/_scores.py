@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
+from bensemble._options import check_seed
 from bensemble._validation import as_binary_member_probs, as_confidences, as_labels
-from bensemble.app._options import check_seed
 from bensemble.metrics import (
     accuracy,
     binary_calibration_error,

@@ -33,10 +33,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bensemble.app.report import atomic_write_text, markdown_table
 from bensemble.experiments._common import ExperimentResult, Printer, RunOptions, Stopwatch
 from bensemble.experiments.findings import RANK_RHO, finding_rows, spearman
 from bensemble.experiments.reproduce import DataUnavailableError, runner
+from bensemble.reporting.report import atomic_write_text, markdown_table
 
 __all__ = [
     "ABS_TOL",

@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from bensemble._options import check_count, check_seed
 from bensemble._validation import check_positive_int
-from bensemble.app._options import check_count, check_seed
 from bensemble.experiments._common import progress_bar
 
 __all__ = ["AE_BATCH", "ConvAutoEncoder", "encode", "train_autoencoder"]

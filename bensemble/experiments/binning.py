@@ -34,7 +34,7 @@ from bensemble.experiments._common import (
     single_thread,
     zoo_settings,
 )
-from bensemble.experiments.zoo import member_probs
+from bensemble.methods.zoo import member_probs
 from bensemble.metrics import expected_epistemic_calibration_error, true_epistemic_calibration_error
 from bensemble.metrics.epistemic import auto_n_bins
 

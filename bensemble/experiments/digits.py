@@ -10,7 +10,7 @@ images; nothing is downloaded):
    MNIST epochs are ~9,000 steps; 100 epochs on 898 images are ~1,400), trained on the training
    images only; ``features="raw"`` uses the 64 pixels scaled to [0, 1];
 3. ten one-vs-all binary tasks ("k vs all"); for each, the nine methods of
-   :data:`~bensemble.experiments.zoo.PAPER_ORDER` with the paper's settings, scored on the test
+   :data:`~bensemble.methods.zoo.PAPER_ORDER` with the paper's settings, scored on the test
    split: accuracy, ECE of the mean prediction (15 equal-width bins) and EECE (100 K-means bins).
 
 The paper's numbers are its MNIST table 1 (28x28 images, 60,000 training points), the closest

@@ -30,7 +30,7 @@ from bensemble.experiments._common import (
     single_thread,
     zoo_settings,
 )
-from bensemble.experiments.zoo import member_probs
+from bensemble.methods.zoo import member_probs
 from bensemble.metrics import binary_calibration_error, smooth_calibration_curve
 
 __all__ = ["run", "smoothing_bias"]

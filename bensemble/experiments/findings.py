@@ -27,7 +27,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bensemble.experiments.zoo import ACTIVE_METHODS, ILLUSTRATIVE_METHODS
+from bensemble.methods.zoo import ACTIVE_METHODS, ILLUSTRATIVE_METHODS
 
 __all__ = ["RANK_RHO", "finding_rows", "spearman"]
 

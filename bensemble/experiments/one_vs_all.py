@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from bensemble.app._options import check_seed
+from bensemble._options import check_seed
 from bensemble.experiments._common import (
     EECE_BACKEND,
     EECE_BINS,
@@ -44,7 +44,7 @@ from bensemble.experiments.likelihood_variants import (
     likelihood_variant_records,
     write_likelihood_variants,
 )
-from bensemble.experiments.zoo import PAPER_ORDER, ZooSettings, member_probs
+from bensemble.methods.zoo import PAPER_ORDER, ZooSettings, member_probs
 
 __all__ = [
     "METRICS",

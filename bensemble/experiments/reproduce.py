@@ -193,8 +193,8 @@ def run_reproduce(args: argparse.Namespace) -> int:
     as one line with exit status 2); nothing is trained or written before.
     """
 
-    from bensemble.app._folder import check_out_text, check_report_folder
-    from bensemble.app._options import check_count, check_seed
+    from bensemble._options import check_count, check_seed
+    from bensemble.reporting._folder import check_out_text, check_report_folder
 
     if args.repeats is not None:
         check_count(args.repeats, "--repeats", PROG)

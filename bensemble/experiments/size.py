@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from bensemble.app._options import check_count, check_seed
+from bensemble._options import check_count, check_seed
 from bensemble.datasets import make_toy_gaussians
 from bensemble.experiments._common import (
     EECE_BACKEND,

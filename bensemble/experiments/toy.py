@@ -8,12 +8,12 @@ Networks are trained **to convergence** by default: full batch, :data:`EPOCHS` A
 ``lr = 1e-3`` (the paper's 20 epochs of batch 32 are 20-40 steps on 10-50 points and leave the
 networks underfit). Every network's loss curve is recorded; the table shows the final training
 loss and its change over the last 10% of steps relative to the first step's loss
-(:meth:`~bensemble.experiments.zoo.LossLog.flatness`), which must be below
+(:meth:`~bensemble.methods.zoo.LossLog.flatness`), which must be below
 :data:`FLAT_TOLERANCE` for the loss to count as flat. The illustrative methods are scored under
 both trusts of :mod:`bensemble.experiments.illustrative` (default: trust = reported EU, draws
 unclipped, as the paper's sentence states), their TECE conditioned on ``(h(x), EU(x))``.
 
-Every method of :data:`~bensemble.experiments.zoo.PAPER_ORDER` is scored on the grid: accuracy,
+Every method of :data:`~bensemble.methods.zoo.PAPER_ORDER` is scored on the grid: accuracy,
 ECE of the mean prediction,
 EECE (100 K-means bins) and, since ``eta`` is exact here, the TECE. The figures are the EU maps
 beside the true per-point error ``E_h[(eta(x) - h(x))^2]`` (figures 2 and 6) and the EECE per
@@ -54,7 +54,8 @@ from bensemble.experiments.illustrative import (
     convention_label,
     illustrative_scores,
 )
-from bensemble.experiments.zoo import (
+from bensemble.methods import RandomForestMembers
+from bensemble.methods.zoo import (
     ACTIVE_METHODS,
     ILLUSTRATIVE_METHODS,
     PAPER_ORDER,
@@ -62,7 +63,6 @@ from bensemble.experiments.zoo import (
     illustrative_outputs,
     member_probs,
 )
-from bensemble.methods import RandomForestMembers
 
 __all__ = [
     "DEFAULT_REPEATS",

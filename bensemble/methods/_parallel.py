@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from bensemble.methods._member_training import NullBar, build_member
+
 __all__ = ["BACKENDS", "run_members"]
 
 BACKENDS = ("sequential", "joblib", "ray")
@@ -30,10 +32,8 @@ BACKENDS = ("sequential", "joblib", "ray")
 
 def _member_task(make_model, dataset, config, init_seed: int, order_seed: int):
     """Train one member in a worker with one intra-op thread; returns the trained module."""
-    from bensemble.methods.deep_ensemble import _build_member, _NullBar
-
     torch.set_num_threads(1)
-    return _build_member(make_model, dataset, config, init_seed, order_seed, _NullBar())
+    return build_member(make_model, dataset, config, init_seed, order_seed, NullBar())
 
 
 def _n_workers(n_jobs: int | None, n_members: int) -> int:

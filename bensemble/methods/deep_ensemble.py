@@ -15,13 +15,12 @@ uncertainty estimation using deep ensembles", NeurIPS 30.
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from bensemble import _progress
 from bensemble._validation import (
@@ -33,6 +32,12 @@ from bensemble._validation import (
     check_same_length,
     to_tensor,
 )
+from bensemble.methods._member_training import (
+    TrainConfig,
+    build_member,
+    check_module,
+    train_member,
+)
 from bensemble.methods._parallel import BACKENDS, run_members
 
 __all__ = ["train_model", "train_ensemble"]
@@ -40,10 +45,6 @@ __all__ = ["train_model", "train_ensemble"]
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 _SEED_HIGH = 2**62
-
-
-def _default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
-    return torch.optim.Adam(params, lr=1e-3)
 
 
 def train_model(
@@ -76,14 +77,14 @@ def train_model(
     generator or seed is given.
     """
     fn = "train_model"
-    _check_module(model, "model", fn)
+    check_module(model, "model", fn)
     g = check_generator(generator, seed, fn)
-    config = _TrainConfig(fn, epochs, batch_size, optimizer, loss_fn)
+    config = TrainConfig(fn, epochs, batch_size, optimizer, loss_fn)
     dataset = _as_dataset(data, fn)
     with _progress.progress(
         total=config.epochs, enabled=progress, desc="training", leave=False
     ) as bar:
-        _train(model, dataset, config, _draw_seed(g), bar)
+        train_member(model, dataset, config, _draw_seed(g), bar)
     return model
 
 
@@ -137,7 +138,7 @@ def train_ensemble(
         raise ValueError(f"{fn}: `make_model` must be callable (got {type(make_model).__name__})")
     n_members = check_positive_int(n_members, "n_members", fn)
     g = check_generator(generator, seed, fn)
-    config = _TrainConfig(fn, epochs, batch_size, optimizer, loss_fn)
+    config = TrainConfig(fn, epochs, batch_size, optimizer, loss_fn)
     dataset = _as_dataset(data, fn)
     check_option(backend, "backend", BACKENDS, fn)
     if n_jobs is not None:
@@ -156,90 +157,7 @@ def train_ensemble(
                 temp_dir=temp_dir,
                 bar=bar,
             )
-        return [_build_member(make_model, dataset, config, a, b, bar) for a, b in seeds]
-
-
-def _build_member(make_model, dataset, config, init_seed: int, order_seed: int, bar) -> nn.Module:
-    """Member ``(init_seed, order_seed)``: a pure function of its seeds (any process)."""
-    with _forked_rng(init_seed):
-        model = make_model()
-    _check_module(model, "make_model()", config.fn)
-    _train(model, dataset, config, order_seed, bar)
-    return model
-
-
-class _NullBar:
-    """A progress bar that shows nothing (for workers)."""
-
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def set_postfix(self, **kwargs) -> None:
-        pass
-
-
-class _TrainConfig:
-    """Validated training hyper-parameters shared by the two entry points."""
-
-    def __init__(self, fn, epochs, batch_size, optimizer, loss_fn) -> None:
-        self.epochs = check_positive_int(epochs, "epochs", fn)
-        self.batch_size = check_positive_int(batch_size, "batch_size", fn)
-        if optimizer is not None and not callable(optimizer):
-            raise ValueError(
-                f"{fn}: `optimizer` must be a factory params -> Optimizer (got {optimizer!r:.60})"
-            )
-        if loss_fn is not None and not callable(loss_fn):
-            raise ValueError(f"{fn}: `loss_fn` must be callable (got {loss_fn!r:.60})")
-        self.optimizer = optimizer or _default_optimizer
-        self.loss_fn = loss_fn or nn.functional.cross_entropy
-        self.fn = fn
-
-
-def _train(model: nn.Module, dataset, config: _TrainConfig, seed: int, bar) -> None:
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise ValueError(f"{config.fn}: the model must have trainable parameters (got none)")
-    opt = config.optimizer(params)
-    if not isinstance(opt, torch.optim.Optimizer):
-        raise ValueError(
-            f"{config.fn}: `optimizer` must return a torch.optim.Optimizer "
-            f"(got {type(opt).__name__})"
-        )
-    reference = params[0]
-    order = torch.Generator().manual_seed(seed)
-    with _forked_rng(seed ^ 0x5EED):
-        model.train()
-        try:
-            for _ in range(config.epochs):
-                total, count = 0.0, 0
-                for xb, yb in _batches(dataset, config.batch_size, order):
-                    if xb.is_floating_point():
-                        xb = xb.to(device=reference.device, dtype=reference.dtype)
-                    else:
-                        xb = xb.to(reference.device)
-                    yb = yb.to(reference.device)
-                    opt.zero_grad(set_to_none=True)
-                    loss = config.loss_fn(model(xb), yb)
-                    loss.backward()
-                    opt.step()
-                    total += float(loss.detach()) * int(yb.shape[0])
-                    count += int(yb.shape[0])
-                bar.update(1)
-                bar.set_postfix(loss=f"{total / max(count, 1):.4f}")
-        finally:
-            model.eval()
-
-
-def _batches(dataset, batch_size: int, order: torch.Generator) -> Iterator[tuple]:
-    if isinstance(dataset, tuple):
-        x, y = dataset
-        perm = torch.randperm(x.shape[0], generator=order)
-        for idx in perm.split(batch_size):
-            yield x[idx], y[idx]
-        return
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=order)
-    for batch in loader:
-        yield batch[0], batch[1]
+        return [build_member(make_model, dataset, config, a, b, bar) for a, b in seeds]
 
 
 def _as_dataset(data, fn: str):
@@ -262,22 +180,5 @@ def _as_dataset(data, fn: str):
     )
 
 
-def _check_module(model, name: str, fn: str) -> None:
-    if not isinstance(model, nn.Module):
-        raise ValueError(f"{fn}: `{name}` must be a torch.nn.Module (got {type(model).__name__})")
-
-
 def _draw_seed(g: torch.Generator | None) -> int:
     return int(torch.randint(0, _SEED_HIGH, (1,), generator=g))
-
-
-@contextlib.contextmanager
-def _forked_rng(seed: int):
-    """Run a block under torch's global RNG seeded with ``seed``; restore the state afterwards."""
-    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-    devices = list(range(torch.cuda.device_count())) if cuda else []
-    with torch.random.fork_rng(devices=devices):
-        torch.default_generator.manual_seed(seed)
-        if cuda:  # seed CUDA only where its state is forked (restored) as well
-            torch.cuda.manual_seed_all(seed)
-        yield

@@ -1,4 +1,4 @@
-"""``bensemble.app.html``: a self-contained, escaped, accessible page from plain data."""
+"""``bensemble.reporting.html``: a self-contained, escaped, accessible page from plain data."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-from bensemble.app._folder import check_report_folder
-from bensemble.app.html import (
+from bensemble.reporting._folder import check_report_folder
+from bensemble.reporting.html import (
     STATUS_LABELS,
     STATUSES,
     HtmlFigure,
@@ -21,7 +21,7 @@ from bensemble.app.html import (
     Verdict,
     render_html,
 )
-from bensemble.app.report import Report
+from bensemble.reporting.report import Report
 
 EVIL = '<script>alert("x")</script>&<b onmouseover="y">'
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from bensemble.app.report import (
+from bensemble.reporting.report import (
     Report,
     atomic_write,
     atomic_write_text,
@@ -219,7 +219,7 @@ def test_matplotlib_is_imported_only_for_figures(tmp_path):
     code = textwrap.dedent(
         f"""
         import sys
-        from bensemble.app.report import Report, format_table
+        from bensemble.reporting.report import Report, format_table
         r = Report({str(tmp_path)!r})
         r.add_table("t", [{{"a": 0.5}}])
         format_table([{{"a": 1}}])
@@ -235,7 +235,7 @@ def test_matplotlib_is_imported_only_for_figures(tmp_path):
 def test_atomic_write_gives_readable_permissions(tmp_path):
     import stat
 
-    from bensemble.app.report import atomic_write_text
+    from bensemble.reporting.report import atomic_write_text
 
     old = os.umask(0o022)
     try:

@@ -38,7 +38,7 @@ from bensemble.experiments.reproduce import (
     reproduce,
     runner,
 )
-from bensemble.experiments.zoo import PAPER_ORDER
+from bensemble.methods.zoo import PAPER_ORDER
 
 QUICK = ["--quick", "--no-progress"]
 

@@ -17,7 +17,7 @@ from bensemble.experiments.toy import (
     run,
     toy_config,
 )
-from bensemble.experiments.zoo import LossLog, ZooSettings, member_probs
+from bensemble.methods.zoo import LossLog, ZooSettings, member_probs
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from bensemble.datasets import make_toy_gaussians
-from bensemble.experiments.zoo import ACTIVE_METHODS, ZooSettings, member_probs
 from bensemble.methods import Centroids, EvidentialKNN, RelativeLikelihood
+from bensemble.methods.zoo import ACTIVE_METHODS, ZooSettings, member_probs
 from bensemble.metrics import (
     accuracy,
     binary_calibration_error,

@@ -74,7 +74,7 @@ def test_toy_map_groups_are_checked():
 
 def test_demo_maps_show_the_illustrative_methods_reported_eu():
     from bensemble.app.demo_figures import maps_figure
-    from bensemble.experiments.zoo import illustrative_outputs
+    from bensemble.methods.zoo import illustrative_outputs
 
     train = make_toy_gaussians(20, seed=0)
     grid = make_toy_grid(10, seed=1)

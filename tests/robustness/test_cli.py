@@ -164,7 +164,7 @@ def test_class3_demo_config_sizes_are_validated(field, value):
     ids=["members-0", "epochs-float", "trees-bool", "dropconnect-1.5"],
 )
 def test_class3_zoo_settings_are_validated(field, value):
-    from bensemble.experiments.zoo import ZooSettings
+    from bensemble.methods.zoo import ZooSettings
 
     with pytest.raises(ValueError, match=f"`{field}`"):
         ZooSettings(**{field: value})
@@ -172,7 +172,7 @@ def test_class3_zoo_settings_are_validated(field, value):
 
 @pytest.mark.parametrize("seed", [1.7, -1], ids=["float", "negative"])
 def test_class3_zoo_member_probs_refuses_bad_seeds(seed):
-    from bensemble.experiments.zoo import member_probs
+    from bensemble.methods.zoo import member_probs
 
     x = torch.randn(20, 2)
     with pytest.raises(ValueError, match="`seed`"):
@@ -362,7 +362,7 @@ def test_class5_folder_holding_other_files_is_never_replaced(tmp_path, capsys, o
 
 
 def test_class5_interleaved_runs_into_one_folder_never_mix(tmp_path):
-    from bensemble.app.report import Report
+    from bensemble.reporting.report import Report
 
     out = tmp_path / "r"
     first = Report(out, staged=True, overwrite=True)
@@ -379,7 +379,7 @@ def test_class5_interleaved_runs_into_one_folder_never_mix(tmp_path):
 
 
 def test_class5_failed_run_leaves_no_staging_folder(tmp_path):
-    from bensemble.app.report import Report
+    from bensemble.reporting.report import Report
 
     with pytest.raises(RuntimeError), Report(tmp_path / "r", staged=True) as report:
         report.add_text("a.txt", "x\n")
@@ -465,7 +465,7 @@ def test_class5_reproduce_out_that_is_a_file_is_refused_before_training(
 def test_class5_concurrent_commits_leave_exactly_one_runs_files(tmp_path):
     import threading
 
-    from bensemble.app.report import Report
+    from bensemble.reporting.report import Report
 
     out, runs = tmp_path / "r", 6
     barrier = threading.Barrier(runs)

@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
+from bensemble._options import check_count, check_seed
 from bensemble._validation import as_float_tensor, as_labels, check_option
-from bensemble.app._options import check_count, check_seed
 from bensemble.core import Ensemble
 from bensemble.methods.bayesian_logistic import BayesianLogisticRegression
 from bensemble.methods.centroids import Centroids

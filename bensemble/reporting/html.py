@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bensemble.app._table_format import _cells
+from bensemble.reporting._table_format import _cells
 
 __all__ = [
     "STATUSES",

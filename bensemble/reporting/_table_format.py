@@ -1,7 +1,7 @@
 """Text forms of report values: table cells, aligned and Markdown tables, strict JSON.
 
-Used by :class:`~bensemble.app.report.Report` (which re-exports the public functions from
-:mod:`bensemble.app.report`) and by :mod:`bensemble.app.html`.
+Used by :class:`~bensemble.reporting.report.Report` (which re-exports the public functions from
+:mod:`bensemble.reporting.report`) and by :mod:`bensemble.reporting.html`.
 
 Example:
     >>> print(markdown_table([{"method": "ensemble", "nll": 0.25, "n": 400}]))

@@ -1,7 +1,7 @@
 """A small report writer shared by ``bensemble demo``, ``evaluate`` and ``reproduce``.
 
 A report is a folder of tables (each as Markdown, CSV and JSON), PNG figures and a self-contained
-HTML page (:meth:`Report.add_html`, :mod:`bensemble.app.html`). Every file is
+HTML page (:meth:`Report.add_html`, :mod:`bensemble.reporting.html`). Every file is
 written atomically: the content goes to a temporary file in the same folder, which is then
 renamed over the target with :func:`os.replace`, so a reader never sees a half-written file and
 an interrupted run leaves no temporary file behind. The folder itself is created only when the
@@ -9,15 +9,15 @@ first file is written, so a run that fails before writing leaves nothing on disk
 
 The command-line reports use ``Report(out, staged=True)``: files go to a staging folder beside
 ``out`` and :meth:`Report.commit` swaps the finished folder in, so a report folder always holds
-exactly one run's files (:mod:`bensemble.app._folder`). Their ``summary.json`` records
+exactly one run's files (:mod:`bensemble.reporting._folder`). Their ``summary.json`` records
 :func:`environment` (package, torch and numpy versions, Python and the platform).
 
 The text forms of a table (:func:`format_table`, :func:`markdown_table`, :func:`to_json`, ...)
-are defined in :mod:`bensemble.app._table_format` and re-exported here.
+are defined in :mod:`bensemble.reporting._table_format` and re-exported here.
 
 Example:
     >>> import tempfile
-    >>> from bensemble.app.report import Report, format_table
+    >>> from bensemble.reporting.report import Report, format_table
     >>> rows = [{"method": "ensemble", "accuracy": 0.91234, "n": 400}]
     >>> print(format_table(rows))
     method    accuracy    n
@@ -43,13 +43,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from bensemble.app._folder import (
+from bensemble.reporting._folder import (
     check_report_folder,
     commit_folder,
     discard_stage,
     make_stage,
 )
-from bensemble.app._table_format import (
+from bensemble.reporting._table_format import (
     _plain,
     format_table,
     format_value,
@@ -273,8 +273,8 @@ class Report:
         return [self._record(p) for p in paths]
 
     def add_html(self, name: str, report: Any) -> Path:
-        """Write an :class:`~bensemble.app.html.HtmlReport` as the page ``name.html`` atomically."""
-        from bensemble.app.html import render_html
+        """Write an :class:`~bensemble.reporting.html.HtmlReport` as ``name.html`` atomically."""
+        from bensemble.reporting.html import render_html
 
         self.path(name, ".html")  # validates name before the page is rendered
         return self.add_text(f"{name}.html", render_html(report))

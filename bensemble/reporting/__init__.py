@@ -1,0 +1,15 @@
+"""The shared report kit beneath the applications (:mod:`bensemble.app`) and the paper's
+reproductions (:mod:`bensemble.experiments`): report folders written atomically, tables as
+Markdown / CSV / JSON, figures, and the self-contained ``report.html`` page.
+
+* :mod:`bensemble.reporting.report` - the report writer
+  (:class:`~bensemble.reporting.report.Report`);
+* :mod:`bensemble.reporting.html` - the HTML page (:func:`~bensemble.reporting.html.render_html`);
+* :mod:`bensemble.reporting._folder` - output folders: refusal to write over an input, atomic
+  replacement;
+* :mod:`bensemble.reporting._table_format` - number formatting shared by every table.
+
+Nothing here computes a metric; both rows above it import it, it imports neither.
+"""
+
+__all__: list[str] = []
