@@ -12,7 +12,7 @@ dataclass. Every function accepts torch tensors or numpy arrays.
 * :mod:`~bensemble.metrics.ood` - AUROC / AUPR / FPR@95 for OOD and misclassification detection
 """
 
-from bensemble.metrics._kmeans import assign_bins, fit_bins
+from bensemble.metrics.binning import assign_bins, fit_bins
 from bensemble.metrics.calibration import (
     CalibrationBins,
     binned_calibration_stats,
