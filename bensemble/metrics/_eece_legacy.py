@@ -52,7 +52,7 @@ _OLD_BINNINGS = ("kmeans", "kmeans_fit")
 def is_legacy_binning(value: Any) -> bool:
     """An old positional ``n_bins`` or an old ``binning`` string in the ``binning`` slot."""
     if isinstance(value, str):
-        return value in (*_OLD_BINNINGS, "auto")
+        return True  # an old option name (or a wrong one: its error lists the valid ones)
     return isinstance(value, (int, np.integer)) or isinstance(value, bool)
 
 
@@ -78,7 +78,7 @@ def legacy_binning(
         )
     options = {**LEGACY_KEYWORDS, **given}
     mode = "kmeans"
-    if isinstance(binning, str) and binning in _OLD_BINNINGS:
+    if isinstance(binning, str) and binning != "auto":
         mode = binning
     elif binning is not None:
         if "n_bins" in given:
@@ -126,14 +126,18 @@ def legacy_binning(
     try:
         if bins is not None:
             as_labels(bins, "bins", fn)
-            return _renamed(fn, lambda: ExplicitBinning(bins), "bins", "bin_ids")
+            explicit = _renamed(fn, lambda: ExplicitBinning(bins), "bins", "bin_ids")
+            explicit._argument = "bins"
+            return explicit
         if mode == "kmeans_fit":
-            return _renamed(
+            cells = _renamed(
                 fn,
                 lambda: KMeansBinning.from_centroids(
                     centroids, multiclass=multiclass, binary=binary, **kmeans
                 ),
             )
+            cells._argument = "centroids"
+            return cells
         seed = resolve_seed(options["generator"], options["seed"], fn)
         return _renamed(fn, lambda: KMeansBinning(**kmeans, seed=seed))
     except TypeError as error:  # pragma: no cover - defensive

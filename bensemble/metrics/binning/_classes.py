@@ -196,7 +196,7 @@ def fit_classes(
         xs = {k: vectors(k) for k in classes}
         prepared = {k: _prepare(xs[k], n_bins, seed, subsample, tol) for k in classes}
         results: dict[int, Any] = {}
-        shapes: dict[int, list[int]] = {}  # plain classes by number of clusters
+        shapes: dict[tuple[int, int], list[int]] = {}  # plain classes by (rows, clusters)
         for k in classes:
             g, x_fit, n_clusters, plain, tol_abs = prepared[k]
             if plain and _coreset.applies(coreset, x_fit.shape[0]):
@@ -205,10 +205,10 @@ def fit_classes(
                 )
                 results[k] = _finish(xs[k], x_fit, fitted, settings, refine)
             elif plain:
-                shapes.setdefault(n_clusters, []).append(k)
+                shapes.setdefault((x_fit.shape[0], n_clusters), []).append(k)
             else:
                 results[k] = fallback(k)
-        for n_clusters, group in shapes.items():
+        for (_, n_clusters), group in shapes.items():
             fits = fit_group(
                 [prepared[k][1] for k in group],
                 [prepared[k][0] for k in group],

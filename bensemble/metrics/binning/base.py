@@ -247,6 +247,18 @@ class Binning:
         got = (columns.n_members, columns.n_classes)
         if state["mode"] != "binary" and state["n_classes"] is None:
             want = (want[0], got[1])  # cells given without a class count (from_centroids)
+        if getattr(self, "_argument", None) == "centroids" and state["mode"] == columns.mode:
+            # fixed cells passed as the EECE's deprecated `centroids`: name them
+            if want[0] != got[0]:
+                raise ValueError(
+                    f"{fn}: `centroids` must have {got[0]} columns, one per member (got "
+                    f"{want[0]})"
+                )
+            if want[1] != got[1]:
+                raise ValueError(
+                    f"{fn}: `centroids` must have one centroid set per class, {got[1]} sets "
+                    f"(got {want[1]})"
+                )
         if state["mode"] != columns.mode or want != got:
             shape = "[M, N]" if state["mode"] == "binary" else "[M, N, K]"
             raise ValueError(

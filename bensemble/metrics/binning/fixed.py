@@ -140,6 +140,7 @@ class ExplicitBinning(Binning):
         if lo < 0:
             raise ValueError(f"{fn}: `bin_ids` must hold bin ids >= 0 (got a minimum of {lo})")
         self.bin_ids = ids
+        self._argument = "bin_ids"  # the name errors give it (the EECE's deprecated `bins`)
         self._distinct, self._dense = torch.unique(ids, sorted=True, return_inverse=True)
 
     @property
@@ -157,8 +158,8 @@ class ExplicitBinning(Binning):
     def _assign_columns(self, columns: MemberColumns, fn: str) -> list[torch.Tensor]:
         if columns.n != self._dense.numel():
             raise ValueError(
-                f"{fn}: `member_probs` must have one point per bin id, N = {self._dense.numel()} "
-                f"(got N = {columns.n})"
+                f"{fn}: `{self._argument}` must hold one bin id per point, N = {columns.n} "
+                f"(got {self._dense.numel()})"
             )
         return [self._dense.to(columns.p.device)] * columns.groups
 
