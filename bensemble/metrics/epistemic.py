@@ -279,7 +279,9 @@ def _stats(columns: MemberColumns, y, eu, ids: list[torch.Tensor], slots: int):
         sums = [torch.cat(part) for part in zip(*parts, strict=True)]
     else:
         cols = columns.single()
-        outcome = (y == columns.p.mean(dim=0).argmax(dim=1)) if columns.mode == "top_label" else y == 1
+        outcome = (
+            (y == columns.p.mean(dim=0).argmax(dim=1)) if columns.mode == "top_label" else y == 1
+        )
         eu_rows = _member_variance(cols) if eu is None else eu
         sums = list(_eece_update(cols, outcome.to(_F64), eu_rows, ids[0], slots))
     stats = _eece_compute(*sums)

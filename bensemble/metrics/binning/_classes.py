@@ -48,6 +48,9 @@ MAX_BATCH_SCORES = 1 << 21
 MAX_CHUNK_ELEMENTS = 1 << 24
 #: Most classes in one chunk.
 MAX_CHUNK_CLASSES = 32
+#: Classes whose member vectors have at most this share of their spread off the diagonal are
+#: seeded on sorted rows (:func:`~._sorted.seed`, exact); the others with the dense kernels.
+PRUNE_OFF_DIAGONAL = 0.1
 
 
 def _prepare(x: torch.Tensor, n_bins: int, seed: int, subsample: int | None, tol: float):
@@ -115,20 +118,41 @@ def fit_group(
     x32 = torch.stack([x.to(_F32) for x in xs])
     n_cls, n, _ = x32.shape
     batched = n_cls > 1 and n_cls * n * n_clusters <= MAX_BATCH_SCORES
-    if not batched:
-        seeds, exhausted = [], []
-        for x, g in zip(x32, gens, strict=True):
-            rows = _kmeans_plusplus(x, n_clusters, g)
-            exhausted.append(rows.numel() < n_clusters)
-            seeds.append(rows if rows.numel() == n_clusters else rows[:1].expand(n_clusters))
-        chosen = torch.stack(seeds)
+    rows = _sorted.SortedRows.build(x32) if lloyd_rtol > 0 else None
+    chosen = torch.empty(n_cls, n_clusters, dtype=torch.int64, device=x32.device)
+    exhausted = [False] * n_cls
+    # the classwise rule: greedy k-means++ on sorted rows where the members agree (exact, the
+    # same draws and choices); the dense kernels elsewhere, and for the exact fit
+    pruned = (
+        (_sorted.off_diagonal(x32, rows) <= PRUNE_OFF_DIAGONAL).tolist()
+        if rows
+        else [False] * n_cls
+    )
+    take = [i for i in range(n_cls) if pruned[i]]
+    if take:
+        index = torch.tensor(take, device=x32.device)
+        sub, flags = _sorted.seed(
+            x32[index], rows.select(index), n_clusters, [gens[i] for i in take]
+        )
+        chosen[index] = sub
+        for i, flag in zip(take, flags.tolist(), strict=True):
+            exhausted[i] = flag
+    rest = [i for i in range(n_cls) if not pruned[i]]
+    if rest and batched:
+        index = torch.tensor(rest, device=x32.device)
+        sub, flags = _seed_batch(x32[index], n_clusters, [gens[i] for i in rest])
+        chosen[index] = sub
+        for i, flag in zip(rest, flags.tolist(), strict=True):
+            exhausted[i] = flag
     else:
-        chosen, flags = _seed_batch(x32, n_clusters, gens)
-        exhausted = flags.tolist()
+        for i in rest:
+            picked = _kmeans_plusplus(x32[i], n_clusters, gens[i])
+            exhausted[i] = picked.numel() < n_clusters
+            chosen[i] = picked if not exhausted[i] else picked[:1].expand(n_clusters)
     every = torch.arange(n_cls, device=x32.device)[:, None]
     start = x32[every, chosen].clone()
     if lloyd_rtol > 0:
-        fits = _sorted.fit(x32, start, max_iter, tols, lloyd_rtol)
+        fits = _sorted.fit(x32, start, max_iter, tols, lloyd_rtol, rows=rows)
     elif batched:
         fits = _lloyd_batch(x32, start, max_iter, tols)
     else:

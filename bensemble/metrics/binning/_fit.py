@@ -25,6 +25,7 @@ from bensemble._validation import (
 )
 from bensemble.metrics.binning import _coreset as _kmeans_coreset
 from bensemble.metrics.binning._backends import _fit_faiss, _fit_sklearn
+from bensemble.metrics.binning._classes import fit_group
 from bensemble.metrics.binning._lloyd import _fit_torch, _kmeans_plusplus, _lloyd  # noqa: F401
 from bensemble.metrics.binning._nearest import (  # noqa: F401
     _assign,
@@ -156,6 +157,17 @@ def _fit(
             centroids, labels, n_iter, converged = _kmeans_coreset.fit_torch_coreset(
                 x_fit, n_clusters, g, max_iter, tol_abs, coreset
             )
+        elif resolved == "torch" and lloyd_rtol > 0:
+            # the classwise path's fit of one class (bensemble.metrics.binning._classes)
+            state = g.get_state()
+            (fitted,) = fit_group([x_fit], [g], n_clusters, max_iter, [tol_abs], lloyd_rtol)
+            centroids, labels, n_iter, converged, exhausted = fitted
+            centroids = centroids.to(torch.float64)
+            if exhausted:  # fewer distinct float32 rows than clusters: seed densely, afresh
+                g.set_state(state)
+                centroids, labels, n_iter, converged = _fit_torch(
+                    x_fit, n_clusters, g, max_iter, tol_abs, lloyd_rtol
+                )
         elif resolved == "torch":
             centroids, labels, n_iter, converged = _fit_torch(
                 x_fit, n_clusters, g, max_iter, tol_abs, lloyd_rtol

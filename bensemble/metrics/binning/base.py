@@ -251,8 +251,7 @@ class Binning:
             # fixed cells passed as the EECE's deprecated `centroids`: name them
             if want[0] != got[0]:
                 raise ValueError(
-                    f"{fn}: `centroids` must have {got[0]} columns, one per member (got "
-                    f"{want[0]})"
+                    f"{fn}: `centroids` must have {got[0]} columns, one per member (got {want[0]})"
                 )
             if want[1] != got[1]:
                 raise ValueError(
