@@ -69,8 +69,37 @@ def _prepare(x: torch.Tensor, n_bins: int, seed: int, subsample: int | None, tol
     return g, x_fit, n_clusters, plain, tol_abs
 
 
-def _finish(x, x_fit, fitted, settings, refine):
-    """``_fit``'s epilogue and the final assignment: ``(bin ids [N], centroids, info)``."""
+def _final_bins(xs: list[torch.Tensor], fits) -> list[torch.Tensor]:
+    """Nearest (float64) kept centroid of every row of each class, all classes at once on sorted
+    rows (:func:`~._sorted.nearest`, exact; the float32 labels give the bounds); what
+    :func:`_finish` assigns densely otherwise. Clusters that ended empty are dropped first."""
+    kept, guesses = [], []
+    for (c32, labels, *_), _x in zip(fits, xs, strict=True):
+        counts = torch.bincount(labels, minlength=c32.shape[0])
+        keep = counts > 0
+        kept.append(c32.to(_F64)[keep])
+        guesses.append((torch.cumsum(keep, 0) - 1)[labels])
+    width = max(c.shape[0] for c in kept)
+    far = 1e6  # padding centroids that are never nearest
+    cent = torch.full((len(xs), width, xs[0].shape[1]), far, dtype=_F64, device=xs[0].device)
+    for i, c in enumerate(kept):
+        cent[i, : c.shape[0]] = c
+    x64 = torch.stack([x.to(_F64) for x in xs])
+    rows = _sorted.SortedRows.build(x64)
+    guess = torch.stack(guesses)  # original order
+    pad = rows.x.shape[1] - rows.n
+    guess = guess.gather(1, rows.order)
+    if pad:
+        guess = torch.cat([guess, guess[:, -1:].expand(-1, pad)], dim=1)
+    near = cent.gather(1, guess[:, :, None].expand(-1, -1, cent.shape[2]))
+    upper = (rows.x - near).pow_(2).sum(2).sqrt_()
+    labels, _ = _sorted.nearest(rows, cent, upper, guess)
+    return [rows.unsort(labels[i], i) for i in range(len(xs))]
+
+
+def _finish(x, x_fit, fitted, settings, refine, ids=None):
+    """``_fit``'s epilogue and the final assignment: ``(bin ids [N], centroids, info)``
+    (``ids``: the final assignment if computed already, :func:`_final_bins`)."""
     centroids32, labels, n_iter, converged = fitted
     if labels is None:
         labels = _assign(x_fit.to(_F32), centroids32)[0]
@@ -81,7 +110,8 @@ def _finish(x, x_fit, fitted, settings, refine):
         for _ in range(refine):
             centroids, counts = _refine(x, centroids)
     centroids = centroids[counts > 0]
-    ids, _ = _assign(x, centroids)
+    if ids is None:
+        ids, _ = _assign(x, centroids)
     info = {
         "backend": "torch",
         "n_bins_fitted": centroids.shape[0],
@@ -217,7 +247,12 @@ def fit_classes(
 
     def run_chunk(j: int) -> list[tuple[torch.Tensor, torch.Tensor, dict[str, Any]]]:
         classes = range(starts[j], min(starts[j] + size, n_classes))
-        xs = {k: vectors(k) for k in classes}
+        block = getattr(vectors, "block", None)  # one strided copy for the chunk, if offered
+        if block is not None:
+            stack = block(classes.start, classes.stop)
+            xs = {k: stack[k - classes.start] for k in classes}
+        else:
+            xs = {k: vectors(k) for k in classes}
         prepared = {k: _prepare(xs[k], n_bins, seed, subsample, tol) for k in classes}
         results: dict[int, Any] = {}
         shapes: dict[tuple[int, int], list[int]] = {}  # plain classes by (rows, clusters)
@@ -241,11 +276,19 @@ def fit_classes(
                 [prepared[k][4] for k in group],
                 lloyd_rtol,
             )
+            done = [i for i, fit in enumerate(fits) if not fit[-1]]
+            bins = {}
+            if lloyd_rtol > 0 and not subsampled and done:
+                # the final float64 assignment of the whole group on sorted rows (exact)
+                ids = _final_bins([xs[group[i]] for i in done], [fits[i] for i in done])
+                bins = {group[i]: b for i, b in zip(done, ids, strict=True)}
             for k, (*fitted, exhausted) in zip(group, fits, strict=True):
                 if exhausted:
                     results[k] = fallback(k)
                 else:
-                    results[k] = _finish(xs[k], prepared[k][1], fitted, settings, refine)
+                    results[k] = _finish(
+                        xs[k], prepared[k][1], fitted, settings, refine, bins.get(k)
+                    )
         return [results[k] for k in classes]
 
     chunks = map_classes(run_chunk, len(starts), workers=workers)

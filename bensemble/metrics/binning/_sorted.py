@@ -196,7 +196,12 @@ def nearest(
             pos, d2 = _score_blocks(xb[idx], sqb[idx], cs_flat, csq_flat, start, w, guess_flat[idx])
             picked[idx], dist[idx] = pos, d2
             covered[idx] = span[idx] <= w
-    labels = corder.reshape(-1)[picked.view(groups, -1)]  # flat sorted id -> centroid index
+    # identical centroids sit next to each other, lowest index first: take the first of a run
+    same = torch.zeros(groups, m, dtype=torch.bool, device=lo.device)
+    same[:, 1:] = (cs[:, 1:] == cs[:, :-1]).all(2)
+    index = torch.arange(m, device=lo.device).expand(groups, m)
+    first = torch.where(same, 0, index).cummax(dim=1).values + base
+    labels = corder.reshape(-1)[first.reshape(-1)[picked.view(groups, -1)]]
     return labels, dist.view(groups, -1)
 
 
@@ -440,7 +445,10 @@ def seed(
     exhausted = torch.zeros(groups, dtype=torch.bool, device=device)
     arange_block = torch.arange(block, device=device)
     x_t, stale = x.transpose(1, 2), 0
+    tiny = 1e-9 * sums.sum(1)
     for k in range(1, n_clusters):
+        if bool((sums.sum(1) <= tiny).any()):  # maybe all zero: incremental sums leave residue
+            sums = cblocks.sum(2, dtype=_F64)
         cand, total = _draw(cblocks, sums, draws[:, k - 1] * sums.sum(1, keepdim=True))
         exhausted |= ~(total > 0)
         cand.clamp_(max=n - 1)  # [C, T]

@@ -208,7 +208,12 @@ class KMeansBinning(Binning):
 
         if columns.groups > 1 and self.backend in ("auto", "torch"):
             results = fit_classes(
-                columns.vectors, columns.groups, n_bins, seed=seed, fallback=fit_one, **options
+                _ClassVectors(columns),
+                columns.groups,
+                n_bins,
+                seed=seed,
+                fallback=fit_one,
+                **options,
             )
         elif columns.groups > 1:
             results = map_classes(fit_one, columns.groups)
@@ -259,6 +264,21 @@ class KMeansBinning(Binning):
     def seed_(self) -> int | None:
         """The integer seed the fit used (``None`` for :meth:`from_centroids`)."""
         return self._fitted_state(f"{self._name}.seed_")["seed"]
+
+
+class _ClassVectors:
+    """``k -> [N, M]`` member vectors of class ``k``; ``block(a, b)`` copies the classes
+    ``a .. b - 1`` at once as a contiguous ``[b - a, N, M]`` (one pass over the strided input
+    instead of one per class)."""
+
+    def __init__(self, columns: MemberColumns) -> None:
+        self.columns = columns
+
+    def __call__(self, k: int) -> torch.Tensor:
+        return self.columns.vectors(k)
+
+    def block(self, a: int, b: int) -> torch.Tensor:
+        return self.columns.p[:, :, a:b].permute(2, 1, 0).contiguous()
 
 
 def _centroid_sets(centroids: Any, fn: str, name: str = "centroids") -> list[torch.Tensor]:
