@@ -148,7 +148,7 @@ class MeterMetric(_Base):
             if merging
             else self._seen(fn, "defaults", defaults["compat_min"], defaults["compat_max"])
         )
-        self._meter._compatible_seen(seen, fn, f"{name} sizes", fixed)
+        self._meter._compatible_seen(seen, fn, name, fixed)
         self._meter._check_sums({k: checked[k] for k in self._names}, f"{fn}: `{name}")
         return checked
 

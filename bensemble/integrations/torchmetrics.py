@@ -117,6 +117,7 @@ class ExpectedEpistemicCalibrationError(MeterMetric):
         kwargs: ``torchmetrics.Metric`` options (``sync_on_compute``, ``process_group``, ...).
 
     Example:
+        >>> import torch
         >>> g = torch.Generator().manual_seed(0)
         >>> sample = torch.softmax(torch.randn(4, 500, 3, generator=g), -1)  # [H, N, K]
         >>> metric = ExpectedEpistemicCalibrationError.from_sample(sample, n_bins=8)

@@ -110,9 +110,10 @@ class MergeableState:
                 )
             mine = fixed[key]
             if None not in (mine, size) and mine != size:
+                what = key.replace("num_classes", "classes").replace("n_members", "members")
                 raise ValueError(
-                    f"{fn}: `{name}[{key!r}]` must be {mine}, the size this meter has seen or was "
-                    f"built for (got {size})"
+                    f"{fn}: `{name}` must be for {mine} {what}, the number this meter has seen "
+                    f"or was built for (got {size})"
                 )
         return {k: (None if v is None else int(v)) for k, v in seen.items()}
 
@@ -207,7 +208,7 @@ class MergeableState:
         """
         fn = f"{self._fn}.merge"
         self._check_other(other, fn)
-        seen = self._compatible_seen(other._seen, fn, "other.seen")
+        seen = self._compatible_seen(other._seen, fn, "other")
         self._add(self._checked_state(other._state, fn, "other.state"))
         self._seen = self._merged_seen(seen)
         return self

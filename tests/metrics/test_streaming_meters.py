@@ -203,7 +203,9 @@ def test_incompatible_settings_refused():
         CalibrationErrorMeter(10).merge(CalibrationErrorMeter(10, "max"))
     with pytest.raises(ValueError, match="same settings"):
         BrierMeter().load_state_dict(NLLMeter().state_dict())
-    with pytest.raises(ValueError, match=r"`state_dict\['state'\]\['counts'\]` must be a tensor"):
+    with pytest.raises(
+        ValueError, match=r"`state_dict\['state'\]\['counts'\]` must be a float64 tensor"
+    ):
         sd = ClasswiseCalibrationErrorMeter(K, 8).state_dict()
         sd["state"]["counts"] = torch.zeros(3)
         ClasswiseCalibrationErrorMeter(K, 8).load_state_dict(sd)
