@@ -175,6 +175,13 @@ class MeterMetric(_Base):
             setattr(self, name, value)
         self._computed = None
 
+    def _note_data(self) -> None:
+        """After a merge or a load that brought samples, count it as an update (so torchmetrics
+        does not warn that ``compute`` runs before ``update``)."""
+        state = {name: getattr(self, name) for name in self._names}
+        if self._meter._count(state) > 0:
+            self._update_count = max(self._update_count, 1)
+
     # ----------------------------------------------------------------- the Metric API
 
     def update(self, *batch: Any, **options: Any) -> None:
@@ -242,6 +249,7 @@ class MeterMetric(_Base):
             )
         checked = self._checked(incoming_state, fn, "incoming_state", merging=True)
         self._assign(self._combined(checked, checked["compat_min"], checked["compat_max"]))
+        self._note_data()
 
     def _load_from_state_dict(
         self,
@@ -268,6 +276,7 @@ class MeterMetric(_Base):
             for key in ours:
                 state_dict.pop(mine[key])
             self._assign({k: v.to(getattr(self, k).device) for k, v in checked.items()})
+            self._note_data()
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )

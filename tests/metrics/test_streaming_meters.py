@@ -237,3 +237,99 @@ def test_eece_meter_shared_and_ragged_centroids_match_one_shot():
             members, y, binning="kmeans_fit", centroids=cents
         )
         assert meter.compute() == pytest.approx(expected, abs=1e-12, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- issue 19: sizes
+
+
+@pytest.mark.parametrize(
+    ("make", "pattern"),
+    [
+        pytest.param(
+            lambda: ClasswiseCalibrationErrorMeter(2**40),
+            r"ClasswiseCalibrationErrorMeter: `num_classes` must be <= 8388608 "
+            r".*\(got 1099511627776\)",
+            id="classwise-classes",  # was "`n_bins` must be <= -1"
+        ),
+        pytest.param(
+            lambda: ClasswiseCalibrationErrorMeter(2**22, 15),
+            r"`n_bins` must be <= 3 for 4194304 classes .*\(got 15\)",
+            id="classwise-bins",
+        ),
+        pytest.param(
+            lambda: EECEMeter(torch.rand(5, H, dtype=torch.float64), num_classes=2**40),
+            r"EECEMeter: `num_classes` must be <= 1258291 for one shared set of 5 centroids",
+            id="eece-shared-classes",
+        ),
+        pytest.param(
+            lambda: EECEMeter([torch.zeros(2**22, 1)] + [torch.zeros(1, 1)] * 4),
+            r"EECEMeter: `centroids` must make a state of at most 50331648 sums",
+            id="eece-ragged-sets",  # the padded [5, 2**22, 1] copy is never allocated
+        ),
+    ],
+)
+def test_meter_sizes_are_bounded_before_allocation_with_the_true_limit(make, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        make()
+
+
+def test_the_largest_sizes_accepted_are_the_ones_the_messages_state():
+    # the checks themselves, at the edge (the states they admit there take ~400 MB)
+    from bensemble.metrics._state import check_bin_slots
+    from bensemble.metrics.streaming_epistemic import _check_state_size
+
+    check_bin_slots(2**22, 3, "f")
+    with pytest.raises(ValueError, match="<= 3 for"):
+        check_bin_slots(2**22, 4, "f")
+    check_bin_slots(2**23, 1, "f")
+    with pytest.raises(ValueError, match="`num_classes` must be <= 8388608"):
+        check_bin_slots(2**23 + 1, 1, "f")
+    _check_state_size(1258291, 5, H, "f", "num_classes")
+    with pytest.raises(ValueError, match="<= 1258291"):
+        _check_state_size(1258292, 5, H, "f", "num_classes")
+
+
+# ----------------------------------------------------------------------------- from_sample
+
+
+@pytest.mark.parametrize("kind", ["classwise", "top_label", "binary"])
+def test_eece_meter_from_sample_is_fit_bins_on_the_sample_and_seeded(kind):
+    _, members, y = _data(7)
+    sample = members[:, :200, 1] if kind == "binary" else members[:, :200]
+    kw = {"binary": True} if kind == "binary" else {"multiclass": kind}
+    meter = EECEMeter.from_sample(sample, 6, seed=5, **kw)
+    if kind == "classwise":
+        expected = torch.stack([fit_bins(sample[:, :, c].T, 6, seed=5) for c in range(K)])
+    elif kind == "top_label":
+        top = sample.mean(0).argmax(1)
+        cols = sample.gather(2, top[None, :, None].expand(H, -1, 1)).squeeze(2)
+        expected = fit_bins(cols.T, 6, seed=5)[None]
+    else:
+        expected = fit_bins(sample.T, 6, seed=5)[None]
+    assert torch.equal(meter.centroids, expected)
+    assert torch.equal(EECEMeter.from_sample(sample, 6, seed=5, **kw).centroids, expected)
+    assert meter.n_samples == 0
+    rest = members[:, 200:, 1] if kind == "binary" else members[:, 200:]
+    labels = (y[200:] == 1).long() if kind == "binary" else y[200:]
+    meter.update(rest, labels)
+    one_shot = expected_epistemic_calibration_error(
+        rest,
+        labels,
+        binning="kmeans_fit",
+        centroids=expected[0] if kind != "classwise" else expected,
+        **({"binary": True} if kind == "binary" else {"multiclass": kind}),
+    )
+    assert meter.compute() == pytest.approx(one_shot, rel=1e-10, abs=1e-12)
+
+
+def test_eece_meter_from_sample_checks_its_arguments():
+    _, members, _ = _data()
+    with pytest.raises(ValueError, match=r"from_sample: `n_bins` must be 'auto' or an integer"):
+        EECEMeter.from_sample(members[:, :20], 50)
+    with pytest.raises(ValueError, match=r"from_sample: `member_probs` must be member"):
+        EECEMeter.from_sample(members[0], 5)
+    with pytest.raises(ValueError, match=r"from_sample: `multiclass` must be one of"):
+        EECEMeter.from_sample(members, 5, multiclass="both")
+    assert EECEMeter.from_sample(members, "auto").centroids.shape[1] <= 20  # sqrt(400)
+    with pytest.raises(ValueError, match=r"EECEMeter: `centroids` must be fitted .*from_sample"):
+        EECEMeter(None)
