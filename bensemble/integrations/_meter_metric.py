@@ -59,12 +59,7 @@ _FORWARD_FLAGS = (
     "_cache",
 )
 
-__all__ = ["MeterMetric", "missing_torchmetrics"]
-
-
-def missing_torchmetrics() -> ImportError | None:
-    """The ``ImportError`` of ``import torchmetrics``, or ``None`` when it is installed."""
-    return _MISSING
+__all__ = ["MeterMetric"]
 
 
 class MeterMetric(_Base):
@@ -75,14 +70,12 @@ class MeterMetric(_Base):
     higher_is_better = False
 
     def __init__(self, meter: MergeableState, **kwargs: Any) -> None:
-        from bensemble.integrations import torchmetrics as module
-
-        if module._MISSING is not None:
+        if _MISSING is not None:
             raise ImportError(
                 f"{type(self).__name__}: needs the optional torchmetrics package "
                 "(pip install torchmetrics); it is not installed. Without it, use the meters of "
                 "bensemble.metrics.streaming with bensemble.integrations.sync_"
-            ) from module._MISSING
+            ) from _MISSING
         super().__init__(**kwargs)
         meter._fn = type(self).__name__  # messages name the metric the user holds
         self._meter = meter

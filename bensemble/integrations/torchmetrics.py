@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bensemble.integrations._meter_metric import MeterMetric, missing_torchmetrics
+from bensemble.integrations._meter_metric import MeterMetric
 from bensemble.metrics.streaming import (
     BrierMeter,
     CalibrationErrorMeter,
@@ -34,8 +34,6 @@ from bensemble.metrics.streaming import (
     NLLMeter,
 )
 from bensemble.metrics.streaming_epistemic import EECEMeter
-
-_MISSING = missing_torchmetrics()
 
 __all__ = [
     "ExpectedCalibrationError",

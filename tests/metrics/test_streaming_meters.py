@@ -156,16 +156,16 @@ def _shards(n_parts, seed=1):
 @pytest.mark.parametrize(("make", "batch", "value", "expected"), _cases())
 def test_streaming_and_four_merged_shards_equal_one_shot(make, batch, value, expected):
     whole = make().update(*batch(torch.arange(N)))
-    assert value(whole) == pytest.approx(expected, abs=1e-12, rel=1e-12)
+    assert value(whole) == pytest.approx(expected, abs=1e-12, rel=1e-10)
     streamed = make()
     for idx in _shards(7, seed=3):
         streamed.update(*batch(idx))
-    assert value(streamed) == pytest.approx(expected, abs=1e-12, rel=1e-12)
+    assert value(streamed) == pytest.approx(expected, abs=1e-12, rel=1e-10)
     shards = [make().update(*batch(idx)) for idx in _shards(4)]
     merged = shards[0]
     for other in shards[1:]:
         merged.merge(other)
-    assert value(merged) == pytest.approx(expected, abs=1e-12, rel=1e-12)
+    assert value(merged) == pytest.approx(expected, abs=1e-12, rel=1e-10)
     assert merged.n_samples == N
     assert all(t.dtype == torch.float64 for t in merged.state.values())
 
@@ -176,7 +176,7 @@ def test_state_dict_round_trip_and_merge_refusals(make, batch, value, expected):
     b = make().load_state_dict(a.state_dict())
     assert value(b) == value(a)
     b.update(*batch(torch.arange(N // 2, N)))
-    assert value(b) == pytest.approx(expected, abs=1e-12, rel=1e-12)
+    assert value(b) == pytest.approx(expected, abs=1e-12, rel=1e-10)
     assert value(a) != value(b)  # the loaded state is a copy
     with pytest.raises(ValueError, match=r"merge: `other` must be another meter"):
         a.merge(a)
@@ -236,7 +236,7 @@ def test_eece_meter_shared_and_ragged_centroids_match_one_shot():
         expected = expected_epistemic_calibration_error(
             members, y, binning="kmeans_fit", centroids=cents
         )
-        assert meter.compute() == pytest.approx(expected, abs=1e-12, rel=1e-12)
+        assert meter.compute() == pytest.approx(expected, abs=1e-12, rel=1e-10)
 
 
 # ----------------------------------------------------------------------------- issue 19: sizes
