@@ -6,12 +6,14 @@ addition; see :mod:`bensemble.metrics.streaming`).
 **EECE in a streaming or distributed evaluation: the two-phase protocol.** K-means bins are not
 additive (the centroids depend on every point), so the EECE streams only once its bins are fixed:
 
-1. fit the centroids on a sample - one rank, or a calibration split - with
-   :func:`bensemble.metrics.fit_bins` (one ``[M, H]`` set per class for "classwise", fitted on
-   ``member_probs[:, :, k].T``);
-2. broadcast them (``torch.distributed.broadcast``) so every rank holds the same centroids;
-3. accumulate an :class:`EECEMeter` built on those centroids over any batches, shards or ranks,
-   merge (or :func:`bensemble.integrations.sync_`), and compute.
+1. fit the centroids on a sample - a calibration split, or the first batches - with
+   :meth:`EECEMeter.from_sample` (:func:`bensemble.metrics.fit_bins` per class on
+   ``member_probs[:, :, k].T`` for "classwise");
+2. give every rank the same centroids: the same sample and seed on every rank (the fit is
+   deterministic), or ``torch.distributed.broadcast`` of ``meter.centroids``;
+3. accumulate the :class:`EECEMeter` over any batches, shards or ranks, merge (or
+   :func:`bensemble.integrations.sync_`, which refuses ranks whose centroids differ), and
+   compute.
 
 The result equals the one-shot
 ``expected_epistemic_calibration_error(..., binning="kmeans_fit", centroids=...)`` on all the data.
@@ -35,7 +37,7 @@ from bensemble._validation import (
 )
 from bensemble.metrics._epistemic_checks import resolve_n_bins
 from bensemble.metrics._kmeans import _assign, fit_bins
-from bensemble.metrics._kmeans_batched import map_classes
+from bensemble.metrics._kmeans_batched import map_classes, single_threaded
 from bensemble.metrics._state import _F64, MergeableState
 from bensemble.metrics._state_checks import (
     SLACK,
@@ -53,8 +55,7 @@ __all__ = ["EECEMeter", "UncertaintyMeter"]
 MULTICLASS = ("classwise", "top_label")
 # Padding for classes with fewer centroids: so far from [0, 1]^H that no point is assigned to it.
 _FAR = 1e6
-#: Most float64 sums an EECE state may hold (``K * M * (H + 3)``): the classwise calibration
-#: meter's budget, three sums per each of ``MAX_BIN_SLOTS`` slots (384 MiB).
+#: Most float64 sums an EECE state holds (``K * M * (H + 3)``): 3 per MAX_BIN_SLOTS (384 MiB).
 MAX_STATE_NUMBERS = 3 * MAX_BIN_SLOTS
 
 
@@ -253,18 +254,17 @@ class EECEMeter(MergeableState):
     ) -> EECEMeter:
         """An empty meter whose K-means bins are fitted on a sample (phase 1 of the protocol).
 
-        Fits :func:`~bensemble.metrics.fit_bins` (exact K-means, seeded) on the sample's member
-        vectors: per class ``member_probs[:, :, k].T`` for "classwise", the members'
-        probabilities of the ensemble's top class for "top_label", ``member_probs.T`` for
-        ``binary=True``. Under ``torch.distributed`` call it on every rank with the same sample
-        and seed (same centroids everywhere; :func:`~bensemble.integrations.sync_` refuses
-        ranks whose centroids differ), or fit on one rank and broadcast ``meter.centroids``.
+        Fits :func:`~bensemble.metrics.fit_bins` (exact K-means, seeded, single-threaded) on
+        the member vectors: per class ``member_probs[:, :, k].T`` ("classwise"), the members'
+        top-class probabilities ("top_label"), ``member_probs.T`` (``binary=True``). Under
+        ``torch.distributed``, call it on every rank with the same sample and seed, or fit on
+        one rank and broadcast ``meter.centroids`` (ranks of other CPU kinds may round the fit
+        differently); :func:`~bensemble.integrations.sync_` refuses ranks whose bins differ.
 
         Args:
             member_probs: ``[H, N, K]`` member probabilities (``[H, N]`` with ``binary=True``) of
                 a sample - a calibration split, or the first batches.
-            n_bins: bins per class, or ``"auto"``
-                (:func:`~bensemble.metrics.epistemic.auto_n_bins` of the sample's ``N``).
+            n_bins: bins per class, or ``"auto"`` (``auto_n_bins`` of the sample's ``N``).
             multiclass: ``"classwise"`` or ``"top_label"``.
             binary: positive-class member probabilities ``[H, N]``.
             seed: the K-means seed (fixed default: identical calls fit identical bins).
@@ -281,13 +281,14 @@ class EECEMeter(MergeableState):
         multiclass = check_option(multiclass, "multiclass", MULTICLASS, fn)
         p = as_member_stack(member_probs, "member_probs", fn, binary=binary)
         bins = resolve_n_bins(n_bins, int(p.shape[1]), fn)
-        if binary:
-            return cls(fit_bins(p.T, bins, seed=seed), binary=True)
-        if multiclass == "top_label":
-            top = p.mean(dim=0).argmax(dim=1)
-            cols = p.gather(2, top[None, :, None].expand(p.shape[0], -1, 1)).squeeze(2)
-            return cls(fit_bins(cols.T, bins, seed=seed), "top_label")
-        # one fit per class, concurrently on single-threaded workers (as the chunked evaluation)
+        if binary or multiclass == "top_label":
+            cols = p
+            if not binary:
+                top = p.mean(dim=0).argmax(dim=1)
+                cols = p.gather(2, top[None, :, None].expand(p.shape[0], -1, 1)).squeeze(2)
+            with single_threaded():  # the same bins whatever the thread count of each rank
+                centroids = fit_bins(cols.T, bins, seed=seed)
+            return cls(centroids, multiclass, binary=binary)
         sets = map_classes(lambda k: fit_bins(p[:, :, k].T, bins, seed=seed), int(p.shape[2]))
         return cls(sets, "classwise")
 
@@ -323,7 +324,8 @@ class EECEMeter(MergeableState):
         g, s = self._slots()
         check_whole(counts, where, "counts")
         padded = (self.centroids[:, :, 0] == _FAR).reshape(-1).to(counts.device)
-        check_zero_where_empty(counts, ~padded, where, "counts")  # no point is near a pad
+        if bool((counts[padded] != 0).any()):  # a padding centroid is nearest to no point
+            raise ValueError(f"{where}['counts']` must be 0 in the padding bins of smaller sets")
         check_whole(state["sum_y"], where, "sum_y")
         check_at_most(state["sum_y"], counts, where, "sum_y", "`counts`", exact=True)
         check_non_negative(state["sum_eu"], where, "sum_eu")

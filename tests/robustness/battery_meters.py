@@ -102,10 +102,6 @@ def centroids(kind: str, n_bins: int = 5) -> Any:
     return fit_bins(d["binary"].T, n_bins, seed=2)
 
 
-def _rows(n: int = 24) -> torch.Tensor:
-    return torch.arange(n)
-
-
 def _with(t: torch.Tensor, value: float) -> torch.Tensor:
     t = t.clone()
     t.reshape(-1)[3] = value
@@ -270,18 +266,6 @@ EECE_INCONSISTENT = {
 
 
 # ----------------------------------------------------------------------------- the cases
-
-
-def _value(obj: Any) -> tuple[float, ...]:
-    """The object's value as a tuple of floats (meters, dict meters, torchmetrics tensors)."""
-    out = obj.compute()
-    if isinstance(out, dict):
-        return tuple(float(out[k]) for k in ("total", "aleatoric", "epistemic"))
-    return (float(out),)
-
-
-def value(obj: Any) -> tuple[float, ...]:
-    return _value(obj)
 
 
 def _probs_case(
@@ -627,7 +611,3 @@ def cases() -> tuple[MeterCase, ...]:
     except ImportError:  # pragma: no cover - the optional extra is missing
         return tuple(out)
     return tuple(out + _tm_cases())
-
-
-def case_ids() -> list[str]:
-    return [c.id for c in cases()]
