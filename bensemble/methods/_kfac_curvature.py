@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from bensemble._validation import check_finite, to_tensor
+from bensemble._validation import check_finite, to_tensor, warn_user
 from bensemble.methods._kronecker import (
     KroneckerFactor,
     LinearTaps,
@@ -26,6 +26,7 @@ from bensemble.methods._kronecker import (
     iterate_pairs,
     layer_theta,
     output_hessian_sqrt,
+    supported_layer,
 )
 from bensemble.methods._laplace_checks import (
     check_curvature_fits,
@@ -42,6 +43,7 @@ __all__ = [
     "as_outputs",
     "check_kfac_fits",
     "fitted_curvature",
+    "posterior_layers",
     "to_model",
 ]
 
@@ -62,6 +64,25 @@ class CurvatureSums:
     sq_residual: float = 0.0  # regression: summed squared residuals over n_residual values
     n_residual: int = 0
     probe: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+
+
+def posterior_layers(model: nn.Module, fn: str) -> list[tuple[str, nn.Module]]:
+    """The named ``nn.Linear`` / plain ``nn.Conv2d`` layers that get a posterior (a warning
+    names the convolutions left at their trained weights); at least one."""
+    layers = [(n, m) for n, m in model.named_modules() if supported_layer(m)]
+    kept = dict(layers)
+    skipped = [n for n, m in model.named_modules() if isinstance(m, nn.Conv2d) and n not in kept]
+    if skipped:
+        warn_user(
+            f"{fn}: Conv2d layers {skipped} (groups > 1, string padding or a padding mode other "
+            "than 'zeros') keep their trained weights; only nn.Linear and plain nn.Conv2d "
+            "layers get a posterior"
+        )
+    if not layers:
+        raise ValueError(
+            f"{fn}: `model` must contain at least one nn.Linear or nn.Conv2d (got none)"
+        )
+    return layers
 
 
 def layer_shape(module: nn.Module) -> tuple[int, int]:

@@ -27,6 +27,7 @@ __all__ = [
     "LIKELIHOODS",
     "infer_likelihood",
     "check_targets",
+    "class_labels",
     "check_finite_weights",
     "check_finite_outputs",
     "machine_memory_bytes",
@@ -108,6 +109,18 @@ def check_targets(y: torch.Tensor, out: torch.Tensor, likelihood: str, fn: str) 
         bad = int((~torch.isfinite(target)).sum())
         raise ValueError(f"{fn}: `y` must be finite (got {bad} NaN/inf values)")
     return target
+
+
+def class_labels(y: torch.Tensor, logits: torch.Tensor, likelihood: str | None, fn: str):
+    """Labels ``[B]`` for a classification-only approximation (``likelihood`` ``None`` or
+    ``"classification"``); real-valued targets point to the K-FAC approximation."""
+    if likelihood is None and infer_likelihood(y, logits, fn) == "regression":
+        raise ValueError(
+            f"{fn}: `y` must be integer class labels (got {y.dtype} targets): LastLayerLaplace "
+            "supports likelihood='classification' only; for likelihood='regression' use "
+            "LaplaceApproximation"
+        )
+    return check_targets(y, logits, "classification", fn)
 
 
 def check_finite_weights(model: nn.Module, fn: str) -> None:

@@ -46,8 +46,9 @@ from bensemble.methods._kfac_curvature import (
     accumulate_curvature,
     check_kfac_fits,
     fitted_curvature,
+    posterior_layers,
 )
-from bensemble.methods._kronecker import layer_theta, load_layers, supported_layer
+from bensemble.methods._kronecker import layer_theta, load_layers
 from bensemble.methods._laplace_checks import (
     LIKELIHOODS,
     call_generator,
@@ -159,19 +160,7 @@ class LaplaceApproximation:
         self.n_prior_grid = check_positive_int(n_prior_grid, "n_prior_grid", fn, minimum=3)
         self.prior_precision_bounds = check_bounds(prior_precision_bounds, fn)
         self.generator, self.seed = check_seed_and_generator(generator, seed, fn)
-        self.layers = [(n, m) for n, m in model.named_modules() if supported_layer(m)]
-        skipped = [n for n, m in model.named_modules() if isinstance(m, nn.Conv2d)]
-        skipped = [n for n in skipped if n not in dict(self.layers)]
-        if skipped:
-            warn_user(
-                f"{fn}: Conv2d layers {skipped} (groups > 1, string padding or a padding mode "
-                "other than 'zeros') keep their trained weights; only nn.Linear and plain "
-                "nn.Conv2d layers get a posterior"
-            )
-        if not self.layers:
-            raise ValueError(
-                f"{fn}: `model` must contain at least one nn.Linear or nn.Conv2d (got none)"
-            )
+        self.layers = posterior_layers(model, fn)
         self.is_fitted = False
         self.dataset_size = 1
         self.hook_handles: list = []  # bensemble 0.2 attribute; hooks live only inside calls

@@ -49,7 +49,7 @@ from bensemble.methods._laplace_checks import (
     check_seed_and_generator,
     check_targets,
     cholesky_or_raise,
-    infer_likelihood,
+    class_labels,
     keep_state_on_error,
 )
 from bensemble.methods._last_layer import find_last_linear, last_layer_inputs, probit_nll_curve
@@ -324,15 +324,9 @@ class LastLayerLaplace:
             )
 
     def _labels(self, y, logits: torch.Tensor, fn: str) -> torch.Tensor:
-        y = to_tensor(y, "y", fn)
-        if self.likelihood is None and infer_likelihood(y, logits, fn) == "regression":
-            raise ValueError(
-                f"{fn}: `y` must be integer class labels (got {y.dtype} targets): "
-                "LastLayerLaplace supports likelihood='classification' only; for "
-                "likelihood='regression' use LaplaceApproximation"
-            )
+        labels = class_labels(to_tensor(y, "y", fn), logits, self.likelihood, fn)
         self.likelihood = "classification"
-        return check_targets(y, logits, "classification", fn)
+        return labels
 
     def _nll_curve(self, pairs, deltas, fn: str, name: str) -> tuple:
         totals, map_total, n = torch.zeros(len(deltas), dtype=torch.float64), 0.0, 0
