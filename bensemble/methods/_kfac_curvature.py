@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from bensemble._validation import check_finite, to_tensor, warn_user
+from bensemble._validation import check_finite, check_same_length, to_tensor, warn_user
 from bensemble.methods._kronecker import (
     KroneckerFactor,
     LinearTaps,
@@ -154,12 +154,15 @@ def accumulate_curvature(
             seen = 0 if sums is None else sums.n_seen
             if max_points is not None and seen >= max_points:
                 break
-            x = to_tensor(x, name, fn)
-            x = x if max_points is None else x[: max_points - seen]
+            x, y = to_tensor(x, name, fn), to_tensor(y, "y", fn)
+            if x.ndim == 0 or y.ndim == 0:
+                raise ValueError(f"{fn}: each batch of `{name}` must hold arrays (got a scalar)")
+            check_same_length(fn, x=x, y=y)
+            if max_points is not None:
+                x, y = x[: max_points - seen], y[: max_points - seen]
             check_finite(x, name, fn)
             if x.shape[0] == 0:
                 continue
-            y = to_tensor(y, "y", fn)[: x.shape[0]]
             with LinearTaps(layers) as taps, torch.enable_grad():
                 out = as_outputs(model(to_model(x, model)), likelihood, fn)
                 check_finite_outputs(out, name, fn)

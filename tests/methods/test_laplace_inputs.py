@@ -187,3 +187,12 @@ def test_modes_hooks_and_grad_flags_are_restored_when_an_error_escapes(cls):
         la.predictive(DataLoader(TensorDataset(x), batch_size=10))
     assert [m.training for m in model.modules()] == flags and _hooks(model) == 0
     assert torch.is_grad_enabled() and all(p.grad is None for p in model.parameters())
+
+
+def test_batches_whose_inputs_and_targets_disagree_are_refused():
+    model, x, y = _classifier()
+    batches = [(x[:10], y[:10]), (x[10:20], y[10:19])]
+    with pytest.raises(ValueError, match="same number of samples"):
+        LaplaceApproximation(model, prior_precision=1.0).fit(batches)
+    with pytest.raises(ValueError, match="one class label per row"):
+        LastLayerLaplace(model, prior_precision=1.0).fit(batches)
