@@ -32,6 +32,7 @@ __all__ = [
     "check_finite_outputs",
     "machine_memory_bytes",
     "check_curvature_fits",
+    "check_allocation",
     "cholesky_or_raise",
     "check_seed_and_generator",
     "call_generator",
@@ -178,6 +179,30 @@ def check_curvature_fits(fn: str, what: str, n_values: int, remedy: str) -> None
             f"{fn}: `model` must have curvature that fits in memory: {what} need {_size(needed)} "
             f"({n_values:,} float64 values), more than this machine's {_size(memory)}; {remedy}"
         )
+
+
+def check_allocation(fn: str, name: str, count: int, *, per_count: int = 1, itemsize: int = 8):
+    """Refuse a count whose ``count * per_count`` values of ``itemsize`` bytes exceed memory.
+
+    Same contract as the foundation's ``check_allocation`` (branch wt-modules), local until it
+    is merged: the message states the largest count that fits. Returns ``int(count)``.
+    """
+    count = int(count)
+    unit = max(int(per_count), 0) * max(int(itemsize), 1)
+    memory = machine_memory_bytes()
+    if unit == 0 or count * unit <= memory:
+        return count
+    limit = memory // unit
+    if limit < 1:
+        raise ValueError(
+            f"{fn}: `{name}` cannot be allocated: even one unit needs {_size(unit)}, more than "
+            f"this machine's {_size(memory)} (got {count})"
+        )
+    raise ValueError(
+        f"{fn}: `{name}` must be <= {limit:,} so that its {count * per_count:,} values of "
+        f"{itemsize} bytes fit in this machine's memory ({_size(memory)}; "
+        f"{_size(count * unit)} needed) (got {count})"
+    )
 
 
 def cholesky_or_raise(precision: torch.Tensor, prior_precision: float, fn: str) -> torch.Tensor:

@@ -52,6 +52,7 @@ from bensemble.methods._kronecker import layer_theta, load_layers
 from bensemble.methods._laplace_checks import (
     LIKELIHOODS,
     call_generator,
+    check_allocation,
     check_curvature_fits,
     check_finite_weights,
     check_seed_and_generator,
@@ -339,6 +340,7 @@ class LaplaceApproximation:
         fn = "LaplaceApproximation.sample_parameters"
         self._check_fitted(fn)
         n_models = check_positive_int(n_models, "n_models", fn)
+        check_allocation(fn, "n_models", n_models, per_count=self._per_model())
         temperature = check_positive(temperature, "temperature", fn, allow_zero=True)
         gen = call_generator(generator, self.generator, self.seed, fn)
         modules = dict(self.layers)
@@ -383,9 +385,14 @@ class LaplaceApproximation:
         self._check_fitted(fn)
         if n_samples is not None:
             n_samples = check_positive_int(n_samples, "n_samples", fn, minimum=2)
+            check_allocation(fn, "n_samples", n_samples, per_count=self._per_model())
         return glm.predict(self, x, n_samples, generator, fn)
 
     # ---------------------------------------------------------------- helpers
+    def _per_model(self) -> int:
+        """Values one drawn network holds (its draws and its copy)."""
+        return sum(int(p.numel()) for p in self.model.parameters())
+
     def _check_fitted(self, fn: str) -> None:
         if not self.is_fitted:
             raise ValueError(

@@ -44,6 +44,7 @@ from bensemble.core._inputs import iter_batches
 from bensemble.methods._kronecker import iterate_pairs, probit_predictive
 from bensemble.methods._laplace_checks import (
     call_generator,
+    check_allocation,
     check_curvature_fits,
     check_finite_weights,
     check_seed_and_generator,
@@ -260,19 +261,12 @@ class LastLayerLaplace:
         """Probit approximation of the posterior predictive ``[N, K]`` (deterministic).
 
         ``x``: what ``Ensemble.predict_*`` takes (a tensor, a numpy array, or an iterable of
-        batches such as a ``DataLoader`` yielding ``x`` or ``(x, y, ...)``).
-
-        The logits ``f = [W | b] phi`` are Gaussian under the posterior. For ``K = 2`` this is
-        MacKay's probit approximation of the binary predictive, on the logit difference
-        ``d = f_1 - f_0``::
-
-            P(y = 1 | x) ~= sigmoid(E[d] / sqrt(1 + pi/8 Var[d]))
-
-        For ``K > 2`` it is the generalised probit (Lu, Ie & Sha 2020) on the *centred* logits
-        ``g_k = f_k - mean_j f_j``: ``softmax_k(E[g_k] / sqrt(1 + pi/8 Var[g_k]))``. Centring
-        matters: the softmax ignores a shift common to all logits, the likelihood therefore does
-        not constrain that direction and its (prior) variance would otherwise flatten the
-        predictive although no posterior sample changes.
+        batches such as a ``DataLoader`` yielding ``x`` or ``(x, y, ...)``). The logits
+        ``f = [W | b] phi`` are Gaussian under the posterior; for ``K = 2`` MacKay's probit on
+        ``d = f_1 - f_0``, ``P(y = 1 | x) ~= sigmoid(E[d] / sqrt(1 + pi/8 Var[d]))``; for
+        ``K > 2`` the generalised probit (Lu, Ie & Sha 2020) on the *centred* logits
+        ``g_k = f_k - mean_j f_j`` (the softmax ignores a shift common to all logits, whose
+        prior variance would otherwise flatten the predictive although no sample changes).
         """
         fn = "LastLayerLaplace.predictive"
         self._check_fitted(fn)
@@ -292,8 +286,12 @@ class LastLayerLaplace:
         """
         fn = "LastLayerLaplace.sample_members"
         self._check_fitted(fn)
-        thetas = self._sample_theta(n, generator, fn)  # [n, K, F1]
         phi = self._features(x, fn)
+        n = check_positive_int(n, "n", fn)
+        check_allocation(
+            fn, "n", n, per_count=self.mean_.numel() + 2 * phi.shape[0] * self._shape[0]
+        )
+        thetas = self._sample_theta(n, generator, fn)  # [n, K, F1]
         logits = torch.einsum("if,skf->sik", phi, thetas)
         return torch.softmax(logits, dim=-1)
 
@@ -305,6 +303,8 @@ class LastLayerLaplace:
         """
         fn = "LastLayerLaplace.sample_models"
         self._check_fitted(fn)
+        n = check_positive_int(n, "n", fn)
+        check_allocation(fn, "n", n, per_count=sum(int(p.numel()) for p in self.model.parameters()))
         thetas = self._sample_theta(n, generator, fn)
         models = []
         for theta in thetas:

@@ -196,3 +196,20 @@ def test_batches_whose_inputs_and_targets_disagree_are_refused():
         LaplaceApproximation(model, prior_precision=1.0).fit(batches)
     with pytest.raises(ValueError, match="one class label per row"):
         LastLayerLaplace(model, prior_precision=1.0).fit(batches)
+
+
+def test_sample_counts_beyond_memory_are_refused_before_drawing():
+    model, x, y = _classifier()
+    la = LaplaceApproximation(model, prior_precision=1.0).fit((x, y))
+    for name, call in (
+        ("n_models", lambda: la.sample_parameters(10**13)),
+        ("n_models", lambda: la.sample_models(10**13)),
+        ("n_samples", lambda: la.predictive(x, n_samples=10**13)),
+    ):
+        with pytest.raises(ValueError, match=rf"`{name}` must be <= [\d,]+ so that"):
+            call()
+    last = LastLayerLaplace(model, prior_precision=1.0).fit((x, y))
+    with pytest.raises(ValueError, match=r"`n` must be <= [\d,]+ so that"):
+        last.sample_members(x, 10**13)
+    with pytest.raises(ValueError, match=r"`n` must be <= [\d,]+ so that"):
+        last.sample_models(10**13)
