@@ -272,10 +272,13 @@ class LastLayerLaplace:
         self._check_fitted(fn)
         phi = self._features(x, fn)
         n_classes, dim = self._shape
-        mean = phi @ self.mean_.view(n_classes, dim).T  # [N, K]
         cov = self.posterior_covariance_.view(n_classes, dim, n_classes, dim)
-        logit_cov = torch.einsum("ij,kjlm,im->ikl", phi, cov, phi)  # [N, K, K]
-        return probit_predictive(mean, logit_cov)
+        rows, parts = max(1, 2**22 // (n_classes * n_classes * dim)), []
+        for chunk in phi.split(rows):  # temporaries O(rows K^2 (F + 1))
+            mean = chunk @ self.mean_.view(n_classes, dim).T  # [B, K]
+            logit_cov = torch.einsum("ij,kjlm,im->ikl", chunk, cov, chunk)  # [B, K, K]
+            parts.append(probit_predictive(mean, logit_cov))
+        return torch.cat(parts)
 
     def sample_members(self, x, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """Member probabilities ``[n, N, K]``: ``softmax([W_s | b_s] phi)``, ``s`` = posterior draw.
@@ -393,6 +396,5 @@ class LastLayerLaplace:
         lam = self._eigenvalues.cpu().numpy()
         norm2 = float((self.mean_**2).sum())
         delta = np.exp(np.asarray(log_delta, dtype=np.float64))
-        n_params = lam.size
         logdet = np.log(lam[None, :] + delta[:, None]).sum(axis=1)
-        return -self._nll - 0.5 * delta * norm2 + 0.5 * n_params * np.log(delta) - 0.5 * logdet
+        return -self._nll - 0.5 * delta * norm2 + 0.5 * lam.size * np.log(delta) - 0.5 * logdet
