@@ -37,14 +37,9 @@ from pathlib import Path
 import torch
 
 from bensemble import _validation as V
-from bensemble._io_formats import (
-    InputError,
-    read_csv,
-    read_npy,
-    read_npz,
-    read_pt,
-    to_native_tensor,
-)
+from bensemble._io_csv import read_csv
+from bensemble._io_files import InputError, describe
+from bensemble._io_formats import read_npy, read_npz, read_pt, to_native_tensor
 
 __all__ = [
     "SUPPORTED_EXTENSIONS",
@@ -92,14 +87,15 @@ def load_array(path: str | os.PathLike, *, name: str) -> torch.Tensor:
             needs unpickling, or holds a non-numeric array.
     """
     file, key = split_key(path)
+    where = describe(f"`{name}` file", file)
     if not file.exists():
-        raise InputError(f"`{name}` file {file} does not exist")
+        raise InputError(f"{where} does not exist")
     if not file.is_file():
-        raise InputError(f"`{name}` path {file} is not a file")
+        raise InputError(f"{describe(f'`{name}` path', file)} is not a file")
     ext = file.suffix.lower()
     if ext not in SUPPORTED_EXTENSIONS:
         raise InputError(
-            f"`{name}` file {file} has an unsupported extension {ext or '(none)'!r} "
+            f"{where} has an unsupported extension {describe('', ext or '(none)').strip()!r} "
             f"(use one of {', '.join(SUPPORTED_EXTENSIONS)})"
         )
     if key is not None and ext not in _KEYED:
@@ -112,7 +108,7 @@ def load_array(path: str | os.PathLike, *, name: str) -> torch.Tensor:
         data = read_csv(file, name)
     else:
         data = read_pt(file, key, name)
-    return to_native_tensor(data, f"`{name}` file {file}")
+    return to_native_tensor(data, where)
 
 
 def _check(fn, *args, **kwargs):
