@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 from bensemble import _validation as V
+from bensemble._io_chunks import NpyChunks, open_chunks
 from bensemble._io_csv import read_csv
 from bensemble._io_files import InputError, describe
 from bensemble._io_formats import read_npy, read_npz, read_pt, to_native_tensor
@@ -44,6 +45,8 @@ from bensemble._io_formats import read_npy, read_npz, read_pt, to_native_tensor
 __all__ = [
     "SUPPORTED_EXTENSIONS",
     "InputError",
+    "NpyChunks",
+    "open_npy_chunks",
     "load_array",
     "load_predictions",
     "load_labels",
@@ -109,6 +112,49 @@ def load_array(path: str | os.PathLike, *, name: str) -> torch.Tensor:
     else:
         data = read_pt(file, key, name)
     return to_native_tensor(data, where)
+
+
+def open_npy_chunks(path: str | os.PathLike, *, name: str = "predictions") -> NpyChunks:
+    """Open a ``.npy`` file (or an uncompressed ``.npz`` member) for reading a block at a time.
+
+    Only the header is read now; :meth:`NpyChunks.read` and :meth:`NpyChunks.take` read rows
+    with positioned reads (``os.preadv``), never a memory map, so a file truncated while it is
+    read ends in an :class:`InputError` naming it instead of a SIGBUS that kills the process.
+
+    Args:
+        path: A ``.npy`` file, or ``file.npz`` / ``file.npz:key`` for an archive member saved
+            uncompressed (``numpy.savez``; a ``numpy.savez_compressed`` member is refused).
+        name: What the array is, used in error messages (``"`predictions` file p.npy ..."``).
+
+    Returns:
+        An :class:`NpyChunks` with ``shape``, ``dtype`` (native byte order), ``read(start,
+        stop, axis=0)`` and ``take(indices, axis=0)``; a context manager (``close()``), safe to
+        share between threads and forked processes, and picklable (it reopens the file by name
+        and checks it is the same file).
+
+    Raises:
+        InputError: A missing or unreadable file, a sparse file, no valid ``.npy`` header, data
+            shorter or longer than the header claims, a pickled object or non-numeric dtype.
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     np.save(tmp + "/p.npy", np.arange(12.0).reshape(2, 3, 2))
+        ...     with open_npy_chunks(tmp + "/p.npy") as chunks:
+        ...         print(chunks.shape, chunks.read(1, 3, axis=1)[0].tolist())
+        (2, 3, 2) [[2.0, 3.0], [4.0, 5.0]]
+    """
+    file, key = split_key(path)
+    ext = file.suffix.lower()
+    if ext not in (".npy", ".npz") or (key is not None and ext != ".npz"):
+        raise InputError(
+            f"{describe(f'`{name}` file', os.fspath(path))} cannot be read in chunks: only .npy "
+            "files and uncompressed .npz members can (save the array with numpy.save)"
+        )
+    if not file.is_file():
+        what = "does not exist" if not file.exists() else "is not a file"
+        raise InputError(f"{describe(f'`{name}` file', file)} {what}")
+    return open_chunks(file, key, name)
 
 
 def _check(fn, *args, **kwargs):
