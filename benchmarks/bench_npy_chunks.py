@@ -6,10 +6,10 @@ Both read the whole file ``--chunk`` rows at a time into a fresh in-memory array
 copied with ``np.array(mm[a:b])``, as the evaluate path does), page cache warm (one untimed pass
 first). Timed: CPU time of this process (``time.process_time``: user + system, page faults
 included), best and median of ``--repeats`` alternating passes, so another process on the
-shared machine slows neither side more than the other. Two layouts: ``[N, 10]`` (samples on axis 0, one read
-per chunk) and ``[5, N / 5, 10]`` (members first, samples on axis 1: one read per member and
-chunk). The ratio printed is mmap / chunks (> 1: positioned reads are faster). A last check
-reads every value back and compares the two readers.
+shared machine slows neither side more than the other. Two layouts: ``[N, 10]`` (samples on
+axis 0, one read per chunk) and ``[5, N / 5, 10]`` (members first, samples on axis 1: one read
+per member and chunk). The ratio printed is mmap / chunks (> 1: positioned reads are faster). A
+last check reads every value back and compares the two readers.
 
 A third column reads into one buffer reused for every chunk (``read(..., out=buffer)``), which
 spares the fresh pages a new array costs per chunk.

@@ -27,7 +27,13 @@ from typing import IO, Any
 
 import numpy as np
 
-from bensemble._io_files import InputError, check_fits_memory, describe, open_checked
+from bensemble._io_files import (
+    InputError,
+    check_fits_memory,
+    describe,
+    memory_bytes,
+    open_checked,
+)
 from bensemble._io_formats import NpyHeader, parse_npy_header
 from bensemble._terminal import printable_name
 
@@ -64,6 +70,7 @@ class NpyChunks:
         self.nbytes = header.nbytes
         self.fortran_order = header.fortran_order
         self._storage = self.shape[::-1] if self.fortran_order else self.shape
+        self._memory = memory_bytes()
         self.path, self.key, self.name = Path(ident[4]), ident[5], ident[6]
 
     # ------------------------------------------------------------------ lifecycle
@@ -113,11 +120,12 @@ class NpyChunks:
         stop = min(stop, self.shape[axis])
         start = min(start, stop)
         out_shape = self.shape[:axis] + (stop - start,) + self.shape[axis + 1 :]
-        check_fits_memory(
-            math.prod(out_shape) * self.dtype.itemsize, self._where, f"a read of {out_shape}"
-        )
         if out is not None:
             _check_out(out, out_shape, self.dtype)
+        elif math.prod(out_shape) * self.dtype.itemsize > self._memory:
+            check_fits_memory(
+                math.prod(out_shape) * self.dtype.itemsize, self._where, f"a read of {out_shape}"
+            )
         self._check_size()
         s_axis = self.ndim - 1 - axis if self.fortran_order else axis
         storage = self._storage[:s_axis] + (stop - start,) + self._storage[s_axis + 1 :]

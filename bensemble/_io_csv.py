@@ -34,6 +34,8 @@ _FLOAT_LITERAL = re.compile(
 _INT64 = np.iinfo(np.int64)
 #: Characters of text read per block.
 BLOCK_CHARS = 1 << 20
+#: Longest cell accepted (no number is written with more characters).
+MAX_CELL_CHARS = 1 << 16
 
 
 class _Table:
@@ -138,8 +140,8 @@ def _parse(text: io.TextIOBase, where: str) -> np.ndarray:
             cells.extend(map(str.strip, parts))
         elif pending.strip():
             row_blank = False
-        if len(pending) > BLOCK_CHARS:
-            raise InputError(f"{where} holds a cell longer than {BLOCK_CHARS} characters")
+        if len(pending) > MAX_CELL_CHARS:
+            raise InputError(f"{where} holds a cell longer than {MAX_CELL_CHARS} characters")
         table.add(cells)
     if not (row_blank and not pending.strip()):
         table.add([pending.strip()])

@@ -31,6 +31,7 @@ checked against the half-precision tolerance, then renormalised in float64, so e
 from __future__ import annotations
 
 import os
+import stat
 import warnings
 from pathlib import Path
 
@@ -69,9 +70,23 @@ def split_key(path: str | os.PathLike) -> tuple[Path, str | None]:
     """
     text = os.fspath(path)
     head, sep, key = text.rpartition(":")
-    if sep and key and head.lower().endswith(_KEYED) and not Path(text).exists():
+    if sep and key and head.lower().endswith(_KEYED) and not os.path.exists(text):
         return Path(head), key
     return Path(text), None
+
+
+def _check_file(file: Path, name: str) -> None:
+    """Refuse a path that is missing, not a regular file, or cannot be looked at."""
+    try:
+        info = os.stat(file)
+    except FileNotFoundError:
+        raise InputError(f"{describe(f'`{name}` file', file)} does not exist") from None
+    except OSError as exc:  # too long a name, a link loop, no permission, ...
+        raise InputError(
+            f"{describe(f'`{name}` file', file)} cannot be accessed ({exc.strerror})"
+        ) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"{describe(f'`{name}` path', file)} is not a file")
 
 
 def load_array(path: str | os.PathLike, *, name: str) -> torch.Tensor:
@@ -91,10 +106,7 @@ def load_array(path: str | os.PathLike, *, name: str) -> torch.Tensor:
     """
     file, key = split_key(path)
     where = describe(f"`{name}` file", file)
-    if not file.exists():
-        raise InputError(f"{where} does not exist")
-    if not file.is_file():
-        raise InputError(f"{describe(f'`{name}` path', file)} is not a file")
+    _check_file(file, name)
     ext = file.suffix.lower()
     if ext not in SUPPORTED_EXTENSIONS:
         raise InputError(
@@ -151,9 +163,7 @@ def open_npy_chunks(path: str | os.PathLike, *, name: str = "predictions") -> Np
             f"{describe(f'`{name}` file', os.fspath(path))} cannot be read in chunks: only .npy "
             "files and uncompressed .npz members can (save the array with numpy.save)"
         )
-    if not file.is_file():
-        what = "does not exist" if not file.exists() else "is not a file"
-        raise InputError(f"{describe(f'`{name}` file', file)} {what}")
+    _check_file(file, name)
     return open_chunks(file, key, name)
 
 
