@@ -59,7 +59,8 @@ _DEFAULT_NAME_MAX, _DEFAULT_PATH_MAX = 255, 4096
 
 
 def check_out_text(out: object, fn: str, option: str = "--out") -> Path:
-    """``out`` as a :class:`~pathlib.Path`, refusing ``None`` and empty or blank strings.
+    """``out`` as a :class:`~pathlib.Path`, refusing ``None``, empty or blank strings, names
+    :func:`check_folder_name` refuses and link loops.
 
     ``Path("")`` is the current folder: an empty ``--out`` would write the report there.
     """
@@ -67,7 +68,9 @@ def check_out_text(out: object, fn: str, option: str = "--out") -> Path:
         raise ValueError(f"{fn}: {option} must name a folder (got {out!r})")
     if not isinstance(out, (str, os.PathLike)):
         raise ValueError(f"{fn}: {option} must be a path (got {type(out).__name__})")
-    return check_folder_name(Path(out), fn, option)
+    folder = check_folder_name(Path(out), fn, option)
+    resolved_folder(folder, fn, option)  # a link loop is refused here, before any work
+    return folder
 
 
 def _limit(folder: Path, name: str, default: int) -> int:
