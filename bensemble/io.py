@@ -17,11 +17,16 @@ Supported formats (chosen by the file extension):
 
 Nothing here ever unpickles: an object array, or a ``.pt`` file that would need pickle to load,
 is refused with :class:`InputError`. Every failure -- a missing file, an unknown extension, a
-corrupt or truncated file, a header claiming more data than the file holds (checked before
-anything is allocated), a sparse / meta / quantized tensor, a wrong shape, NaN/inf, labels out of
-range -- raises :class:`InputError`, a :class:`ValueError` whose message is one line naming the
-file and the problem. Valid non-native numpy data is converted: big-endian arrays to native byte
-order, ``longdouble`` to float64, wide unsigned integers to int64 (when every value fits).
+corrupt or truncated file, a ``.npy`` header claiming more or less data than the file holds
+(checked before anything is allocated), a size beyond the machine's memory, a sparse file (holes
+that would read as zeros), a sparse / meta / quantized tensor, a wrong shape, NaN/inf, float or
+out-of-range labels -- raises :class:`InputError`, a :class:`ValueError` whose message is one
+line naming the file (control and bidirectional characters shown escaped) and the problem.
+Memory is bounded: a ``.csv`` is parsed a block at a time into numbers, and
+:func:`open_npy_chunks` reads a ``.npy`` a block at a time with positioned reads (a file
+truncated underneath gives an :class:`InputError`, never a SIGBUS). Valid non-native numpy data
+is converted: big-endian arrays to native byte order, ``longdouble`` to float64, wide unsigned
+integers to int64 (when every value fits).
 
 Probabilities keep the tolerance of the dtype they were saved in: float16 / bfloat16 rows are
 checked against the half-precision tolerance, then renormalised in float64, so every later check
@@ -42,6 +47,7 @@ from bensemble._io_chunks import NpyChunks, open_chunks
 from bensemble._io_csv import read_csv
 from bensemble._io_files import InputError, describe
 from bensemble._io_formats import read_npy, read_npz, read_pt, to_native_tensor
+from bensemble._terminal import printable_name
 
 __all__ = [
     "SUPPORTED_EXTENSIONS",
@@ -110,7 +116,7 @@ def load_array(path: str | os.PathLike, *, name: str) -> torch.Tensor:
     ext = file.suffix.lower()
     if ext not in SUPPORTED_EXTENSIONS:
         raise InputError(
-            f"{where} has an unsupported extension {describe('', ext or '(none)').strip()!r} "
+            f"{where} has an unsupported extension {printable_name(repr(ext or '(none)'))} "
             f"(use one of {', '.join(SUPPORTED_EXTENSIONS)})"
         )
     if key is not None and ext not in _KEYED:

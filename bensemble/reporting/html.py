@@ -8,11 +8,8 @@ font and no network access, so the file can be mailed or opened from a laptop of
 The layout reads at desktop and phone widths: the verdicts are cards that stack on a narrow
 screen, each with its status written out (not told by colour alone); a wide table scrolls inside
 its own box, never the page; figures scale down to the column. A print style sheet drops the
-contents list and keeps cards and figures whole. Every text is HTML-escaped, after its control
-and bidirectional characters (a newline, ESC, U+202E RIGHT-TO-LEFT OVERRIDE, ...) are written as
-visible escapes (``\\n``, ``\\x1b``, ``\\u202e``: :func:`bensemble._terminal.printable_name`), so
-a file name or any other text cannot reorder or hide what the page shows; write paragraphs as
-separate notes rather than with newlines.
+contents list and keeps cards and figures whole. Every text is HTML-escaped, its control and
+bidirectional characters shown as escapes (:func:`bensemble._terminal.printable_name`).
 
 Example:
     >>> page = HtmlReport(
@@ -247,9 +244,7 @@ a{color:inherit;text-decoration:none}
 """
 
 
-def _e(text: Any) -> str:
-    """``text`` for the page: control and bidirectional characters written as visible escapes
-    (:func:`~bensemble._terminal.printable_name`), then HTML-escaped."""
+def _e(text: Any) -> str:  # a name cannot reorder or hide what the page shows
     return _html.escape(printable_name(str(text)), quote=True)
 
 
