@@ -85,7 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     stdout returns :data:`EXIT_BROKEN_PIPE` quietly)."""
     try:
         status = _main(argv)
-        sys.stdout.flush()  # inside the try: a closed pipe surfaces here, not at exit
+        if sys.stdout is not None:  # None when started with fd 1 closed (`>&-`)
+            sys.stdout.flush()  # inside the try: a closed pipe surfaces here, not at exit
         return status
     except BrokenPipeError:
         _silence_closed_streams()

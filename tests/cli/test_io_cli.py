@@ -74,6 +74,15 @@ def test_help_into_a_closed_pipe_ends_quietly():
     assert proc.wait(timeout=120) in (0, EXIT_BROKEN_PIPE) and err == ""
 
 
+def test_evaluate_with_stdout_closed_from_the_start_runs_quietly(tmp_path):
+    # a guard: Python sets sys.stdout to None when fd 1 is closed, and print() does nothing
+    p, y = _inputs(tmp_path)
+    line = " ".join([*_cli("evaluate", p, "--labels", y, "--out", str(tmp_path / "r")), *FAST])
+    done = subprocess.run(["sh", "-c", line + " >&-"], capture_output=True, text=True, env=ENV)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert (tmp_path / "r" / "report.html").is_file()
+
+
 def test_evaluate_piped_into_head_prints_nothing_on_stderr(tmp_path):
     # the user's command line; with a small output this passed before too (one write)
     p, y = _inputs(tmp_path)
