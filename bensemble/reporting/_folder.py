@@ -35,7 +35,9 @@ from pathlib import Path
 from bensemble._terminal import is_valid_utf8, printable_name
 
 __all__ = [
+    "NAME_RESERVE",
     "OLD_PREFIX",
+    "PATH_RESERVE",
     "REPORT_SUFFIXES",
     "STAGE_PREFIX",
     "check_folder_name",
@@ -44,6 +46,7 @@ __all__ = [
     "commit_folder",
     "discard_stage",
     "make_stage",
+    "resolved_folder",
 ]
 
 #: File suffixes a report folder may hold (anything else marks a folder that is not ours).
