@@ -84,7 +84,9 @@ def legacy_binning(
         if "n_bins" in given:
             raise ValueError(f"{fn}: pass `n_bins` once (got it positionally and by keyword)")
         options["n_bins"] = binning
-    used = sorted(given) + (["binning"] if binning is not None else [])
+    used = sorted(given)
+    if binning is not None:
+        used.append(f"binning={binning!r}" if mode != "kmeans" else "n_bins (positional)")
     warnings.warn(
         f"{fn}: the keyword arguments {', '.join(used)} are deprecated (removed in bensemble "
         "0.4); pass a binning object instead, e.g. binning=KMeansBinning(n_bins=..., seed=...) "
