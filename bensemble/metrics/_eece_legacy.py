@@ -19,32 +19,21 @@ import numpy as np
 
 from bensemble._validation import as_labels, check_option, check_positive, check_positive_int
 from bensemble.metrics.binning import ExplicitBinning, KMeansBinning
-from bensemble.metrics.binning._fit import (
-    DEFAULT_LLOYD_RTOL,
-    DEFAULT_REFINE,
-    DEFAULT_SUBSAMPLE,
-    MIN_MINIBATCH,
-    resolve_seed,
-)
+from bensemble.metrics.binning._fit import DEFAULT_LLOYD_RTOL, resolve_seed
+from bensemble.metrics.binning.kmeans import KMEANS_DEFAULTS
 
 __all__ = ["LEGACY_KEYWORDS", "legacy_binning"]
 
-#: The keyword arguments replaced by ``binning=`` (and their old defaults).
+#: The keyword arguments replaced by ``binning=`` (and their old defaults): the K-means options
+#: of :class:`~bensemble.metrics.binning.KMeansBinning`, with a seed drawn from the global
+#: generator and the classwise stopping rule spelt out.
 LEGACY_KEYWORDS: dict[str, Any] = {
-    "n_bins": "auto",
-    "generator": None,
+    **KMEANS_DEFAULTS,
     "seed": None,
+    "lloyd_rtol": DEFAULT_LLOYD_RTOL,
+    "generator": None,
     "bins": None,
     "centroids": None,
-    "backend": "auto",
-    "n_seeds": 1,
-    "subsample": DEFAULT_SUBSAMPLE,
-    "refine": DEFAULT_REFINE,
-    "max_iter": 300,
-    "tol": 1e-4,
-    "batch_size": MIN_MINIBATCH,
-    "coreset": None,
-    "lloyd_rtol": DEFAULT_LLOYD_RTOL,
 }
 _OLD_BINNINGS = ("kmeans", "kmeans_fit")
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from bensemble.metrics.binning import _coreset, _sorted
+from bensemble.metrics.binning import _coreset, _sorted, _sorted_seed
 from bensemble.metrics.binning._batched import _lloyd_batch, _seed_batch
 from bensemble.metrics.binning._lloyd import _kmeans_plusplus, _lloyd
 from bensemble.metrics.binning._nearest import _assign, _n_distinct_at_least, _refine
@@ -49,7 +49,7 @@ MAX_CHUNK_ELEMENTS = 1 << 24
 #: Most classes in one chunk.
 MAX_CHUNK_CLASSES = 32
 #: Classes whose member vectors have at most this share of their spread off the diagonal are
-#: seeded on sorted rows (:func:`~._sorted.seed`, exact); the others with the dense kernels.
+#: seeded on sorted rows (:func:`~._sorted_seed.seed`, exact); the others with the dense kernels.
 PRUNE_OFF_DIAGONAL = 0.1
 
 
@@ -154,14 +154,14 @@ def fit_group(
     # the classwise rule: greedy k-means++ on sorted rows where the members agree (exact, the
     # same draws and choices); the dense kernels elsewhere, and for the exact fit
     pruned = (
-        (_sorted.off_diagonal(x32, rows) <= PRUNE_OFF_DIAGONAL).tolist()
+        (_sorted_seed.off_diagonal(x32, rows) <= PRUNE_OFF_DIAGONAL).tolist()
         if rows
         else [False] * n_cls
     )
     take = [i for i in range(n_cls) if pruned[i]]
     if take:
         index = torch.tensor(take, device=x32.device)
-        sub, flags = _sorted.seed(
+        sub, flags = _sorted_seed.seed(
             x32[index], rows.select(index), n_clusters, [gens[i] for i in take]
         )
         chosen[index] = sub

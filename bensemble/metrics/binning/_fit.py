@@ -25,7 +25,7 @@ from bensemble._validation import (
 )
 from bensemble.metrics.binning import _coreset as _kmeans_coreset
 from bensemble.metrics.binning._backends import _fit_faiss, _fit_sklearn
-from bensemble.metrics.binning._classes import fit_group
+from bensemble.metrics.binning._classes import _prepare, fit_group
 from bensemble.metrics.binning._lloyd import _fit_torch, _kmeans_plusplus, _lloyd  # noqa: F401
 from bensemble.metrics.binning._nearest import (  # noqa: F401
     _assign,
@@ -124,15 +124,8 @@ def _fit(
 ) -> KMeansFit:
     """Fit on validated float64 rows ``x [N, H]`` with a resolved seed."""
     resolved = "torch" if backend == "auto" else backend
-    g = torch.Generator().manual_seed(seed)
-    n = x.shape[0]
-    if subsample is not None and n > subsample:
-        rows = torch.randperm(n, generator=g)[:subsample].sort().values
-        x_fit = x[rows].contiguous()
-    else:
-        x_fit = x.contiguous()
-    n_fit = x_fit.shape[0]
-    n_clusters = _n_distinct_at_least(x_fit, min(n_bins, n_fit))
+    g, x_fit, n_clusters, plain, tol_abs = _prepare(x, n_bins, seed, subsample, tol)
+    n, n_fit = x.shape[0], x_fit.shape[0]
     settings: dict[str, Any] = {
         "n_bins": n_bins,
         "max_iter": max_iter,
@@ -146,13 +139,12 @@ def _fit(
         settings["coreset"] = coreset
     if lloyd_rtol > 0 and resolved == "torch":
         settings["lloyd_rtol"] = lloyd_rtol
-    if n_clusters < min(n_bins, n_fit) or n_clusters == n_fit:
+    if not plain:
         # Fewer distinct rows than bins: each distinct row is its own centroid (exact optimum).
         centroids = torch.unique(x_fit, dim=0)
         labels, _ = _assign(x_fit, centroids)
         n_iter, converged = 0, True
     else:
-        tol_abs = tol * float(x_fit.var(dim=0, unbiased=False).mean())
         if resolved == "torch" and _kmeans_coreset.applies(coreset, n_fit):
             centroids, labels, n_iter, converged = _kmeans_coreset.fit_torch_coreset(
                 x_fit, n_clusters, g, max_iter, tol_abs, coreset

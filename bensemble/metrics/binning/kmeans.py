@@ -25,9 +25,10 @@ from bensemble.metrics.binning._nearest import _assign
 from bensemble.metrics.binning._threads import map_classes
 from bensemble.metrics.binning.base import MULTICLASS, Binning, MemberColumns
 
-__all__ = ["KMeansBinning"]
+__all__ = ["KMEANS_DEFAULTS", "KMeansBinning"]
 
-_DEFAULTS: dict[str, Any] = {
+#: The constructor defaults of :class:`KMeansBinning`.
+KMEANS_DEFAULTS: dict[str, Any] = {
     "n_bins": "auto",
     "seed": 0,
     "backend": "auto",
@@ -166,9 +167,9 @@ class KMeansBinning(Binning):
     # ------------------------------------------------------------------ options
 
     def _options(self, changed_only: bool = False) -> dict[str, Any]:
-        values = {key: getattr(self, key) for key in _DEFAULTS}
+        values = {key: getattr(self, key) for key in KMEANS_DEFAULTS}
         if changed_only:
-            values = {k: v for k, v in values.items() if v != _DEFAULTS[k]}
+            values = {k: v for k, v in values.items() if v != KMEANS_DEFAULTS[k]}
         return values
 
     def with_seed(self, seed: int) -> KMeansBinning:

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from bensemble.metrics.binning import _sorted as S
+from bensemble.metrics.binning import _sorted_seed as SS
 from bensemble.metrics.binning._lloyd import _kmeans_plusplus, _lloyd
 from bensemble.metrics.binning._nearest import _assign
 
@@ -95,7 +96,7 @@ def test_seeding_draws_and_chooses_what_the_dense_seeding_does(make):
     x = make().to(torch.float32)
     rows = S.SortedRows.build(x)
     gens = [torch.Generator().manual_seed(5) for _ in range(x.shape[0])]
-    chosen, exhausted = S.seed(x, rows, 30, gens)
+    chosen, exhausted = SS.seed(x, rows, 30, gens)
     assert not exhausted.any()
     for i in range(x.shape[0]):
         assert torch.equal(chosen[i], _kmeans_plusplus(x[i], 30, torch.Generator().manual_seed(5)))
@@ -107,7 +108,7 @@ def test_seeding_reports_groups_out_of_distinct_rows():
     base = 0.5 + 0.125 * torch.arange(20, dtype=torch.float32).view(4, 5) / 20
     x[1] = base.repeat(x.shape[1] // 4, 1)
     rows = S.SortedRows.build(x)
-    chosen, exhausted = S.seed(x, rows, 10, [torch.Generator().manual_seed(0) for _ in range(2)])
+    chosen, exhausted = SS.seed(x, rows, 10, [torch.Generator().manual_seed(0) for _ in range(2)])
     assert exhausted.tolist() == [False, True]
     assert _kmeans_plusplus(x[1], 10, torch.Generator().manual_seed(0)).numel() == 4  # dense too
     assert torch.equal(chosen[0], _kmeans_plusplus(x[0], 10, torch.Generator().manual_seed(0)))
@@ -115,11 +116,11 @@ def test_seeding_reports_groups_out_of_distinct_rows():
 
 def test_draws_follow_the_running_sum():
     g = torch.Generator().manual_seed(0)
-    closest = torch.rand(3, 4 * S.DRAW_BLOCK, generator=g)
+    closest = torch.rand(3, 4 * SS.DRAW_BLOCK, generator=g)
     closest[:, ::7] = 0.0
-    blocks = closest.view(3, 4, S.DRAW_BLOCK)
+    blocks = closest.view(3, 4, SS.DRAW_BLOCK)
     u = torch.rand(3, 50, generator=g, dtype=F64) * closest.sum(1, dtype=F64)[:, None]
-    got, total = S._draw(blocks, blocks.sum(2, dtype=F64), u)
+    got, total = SS._draw(blocks, blocks.sum(2, dtype=F64), u)
     want = torch.searchsorted(torch.cumsum(closest, 1, dtype=F64), u, right=True)
     assert torch.equal(got, want)
     torch.testing.assert_close(total, closest.sum(1, dtype=F64))
@@ -128,7 +129,7 @@ def test_draws_follow_the_running_sum():
 def test_off_diagonal_share():
     x = torch.stack([_broad(classes=1)[0], _confident(classes=1)[0][:2000, :5]]).to(torch.float32)
     rows = S.SortedRows.build(x)
-    got = S.off_diagonal(x, rows)
+    got = SS.off_diagonal(x, rows)
     for i in range(2):
         xc = x[i].to(F64) - x[i].to(F64).mean(0)
         direct = 1 - float((xc.sum(1) ** 2).sum() / x.shape[2]) / float((xc**2).sum())
