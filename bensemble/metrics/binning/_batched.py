@@ -7,7 +7,7 @@ row-wise argmin, the centroid sums one ``index_add_`` with the flat index ``clas
 With one intra-op thread a batched op computes every class exactly as the per-class op does
 (same kernels, same row chunks, same summation order), and each class draws from its own
 generator in the same order, so every class gets what the per-class functions give it alone, bit
-for bit (``tests/metrics/test_kmeans_classes.py``).
+for bit (``tests/metrics/binning/test_classes.py``).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _assign_batch(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
 
 
 def _candidate_dist(x, x_t, x_sq, rows, closest):
-    """``min(closest, ||x - x[rows]||^2)`` as ``[C, T, n]`` (``_kmeans_core._candidate_dist``
+    """``min(closest, ||x - x[rows]||^2)`` as ``[C, T, n]`` (``_lloyd._candidate_dist``
     per class)."""
     picked = x.gather(1, rows[:, :, None].expand(-1, -1, x.shape[2]))
     d = torch.baddbmm(x_sq[:, None, :], picked, x_t, alpha=-2.0)

@@ -1,7 +1,7 @@
 """The classwise EECE's ``K`` per-class ``"torch"`` K-means fits, run together.
 
 Every class gets the fit :func:`bensemble.metrics.binning._fit._fit` would give it alone (same
-seed, same draws, same stopping rule; ``tests/metrics/test_kmeans_classes.py``); what changes is
+seed, same draws, same stopping rule; ``tests/metrics/binning/test_classes.py``); what changes is
 how the work is laid out:
 
 * **Chunks of classes on single-threaded workers** (:func:`~._threads.map_classes`): no

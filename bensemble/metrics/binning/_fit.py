@@ -23,7 +23,7 @@ from bensemble._validation import (
     check_positive,
     check_positive_int,
 )
-from bensemble.metrics.binning import _coreset as _kmeans_coreset
+from bensemble.metrics.binning import _coreset
 from bensemble.metrics.binning._backends import _fit_faiss, _fit_sklearn
 from bensemble.metrics.binning._classes import _prepare, fit_group
 from bensemble.metrics.binning._lloyd import _fit_torch, _kmeans_plusplus, _lloyd  # noqa: F401
@@ -145,8 +145,8 @@ def _fit(
         labels, _ = _assign(x_fit, centroids)
         n_iter, converged = 0, True
     else:
-        if resolved == "torch" and _kmeans_coreset.applies(coreset, n_fit):
-            centroids, labels, n_iter, converged = _kmeans_coreset.fit_torch_coreset(
+        if resolved == "torch" and _coreset.applies(coreset, n_fit):
+            centroids, labels, n_iter, converged = _coreset.fit_torch_coreset(
                 x_fit, n_clusters, g, max_iter, tol_abs, coreset
             )
         elif resolved == "torch" and lloyd_rtol > 0:
