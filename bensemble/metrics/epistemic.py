@@ -173,10 +173,10 @@ def expected_epistemic_calibration_error(
     if eu is not None:
         shape = (columns.n, n_classes) if columns.mode == "classwise" else (columns.n,)
         eu_t = check_eu(eu, shape, fn).to(columns.p.device)
-    runs, seeds = _partitions(binning, columns, fn)
-
+    seeds = _seeds(binning, columns, fn)
     values, first = [], None
-    for fitted, ids in runs:
+    for seed in seeds or [None]:  # one partition at a time: the first one's bins are kept
+        fitted, ids = _partition(binning, columns, fn, seed)
         slots = fitted.n_bins_
         stats, per_class = _stats(columns, y, eu_t, ids, slots)
         values.append(float(per_class.mean()))
@@ -223,9 +223,8 @@ def expected_epistemic_calibration_error(
 # ----------------------------------------------------------------------------- internals
 
 
-def _partitions(binning: Binning, columns: MemberColumns, fn: str):
-    """``([(fitted binning, bin ids per group)], K-means seeds)``: the given bins if the binning
-    is fitted, else one fit per seed (a copy: the caller's binning stays unfitted)."""
+def _seeds(binning: Binning, columns: MemberColumns, fn: str) -> list[int]:
+    """The K-means seeds of a binning the EECE fits (``[]``: a fitted or seedless binning)."""
     if binning.fitted:
         if isinstance(binning, KMeansBinning) and binning.n_seeds > 1:
             raise ValueError(
@@ -234,17 +233,21 @@ def _partitions(binning: Binning, columns: MemberColumns, fn: str):
                 "average over seeds"
             )
         binning._check_compatible(columns, fn)
-        return [(binning, binning._assign_columns(columns, fn))], []
+        return []
     if not isinstance(binning, KMeansBinning):
-        fitted = copy.deepcopy(binning)
-        return [(fitted, fitted._fit_columns(columns, fn))], []
+        return []
     first = resolve_seed(None, binning.seed, fn)
-    seeds = [(first + i) % 2**63 for i in range(binning.n_seeds)]
-    runs = []
-    for seed in seeds:
-        fitted = binning.with_seed(seed)
-        runs.append((fitted, fitted._fit_columns(columns, fn)))
-    return runs, seeds
+    return [(first + i) % 2**63 for i in range(binning.n_seeds)]
+
+
+def _partition(binning: Binning, columns: MemberColumns, fn: str, seed: int | None):
+    """``(fitted binning, bin ids per group)``: the given bins if the binning is fitted, else a
+    copy fitted on these points (with ``seed`` for K-means; the caller's binning stays
+    unfitted)."""
+    if binning.fitted:
+        return binning, binning._assign_columns(columns, fn)
+    fitted = binning.with_seed(seed) if seed is not None else copy.deepcopy(binning)
+    return fitted, fitted._fit_columns(columns, fn)
 
 
 def _describe(binning: Binning, fitted: Binning, seeds: list[int]):

@@ -88,11 +88,6 @@ class SortedRows:
             self.x[groups], self.proj[groups], self.sq[groups], self.order[groups], self.n
         )
 
-    def to(self, dtype: torch.dtype) -> SortedRows:
-        """The same rows in another float dtype (projections and norms recomputed)."""
-        x = self.x.to(dtype)
-        return SortedRows(x, _project(x), (x * x).sum(2), self.order, self.n)
-
     def unsort(self, values: torch.Tensor, group: int) -> torch.Tensor:
         """``[R]`` values of group ``group`` per sorted position -> ``[N]`` per original row."""
         out = torch.empty(self.n, dtype=values.dtype, device=values.device)
