@@ -44,8 +44,8 @@ _F32, _F64 = torch.float32, torch.float64
 #: rows, 4 of 5,000, 2 of 10,000 and one from 20,000 rows.
 MAX_BATCH_SCORES = 1 << 21
 #: Bound on ``classes x rows x members`` of one chunk of classes (the sorted float32 rows of a
-#: chunk: 64 MiB).
-MAX_CHUNK_ELEMENTS = 1 << 24
+#: chunk: 16 MiB; larger chunks spill the per-step temporaries out of cache).
+MAX_CHUNK_ELEMENTS = 1 << 22
 #: Most classes in one chunk.
 MAX_CHUNK_CLASSES = 32
 #: Classes whose member vectors have at most this share of their spread off the diagonal are

@@ -31,6 +31,10 @@ DRAW_BLOCK = 256
 RESUM = 32
 #: Above this fraction of reached blocks a seeding step scores every row (no gathers).
 FULL_STEP = 0.15
+#: Scores per piece of a full step (``groups x candidates x rows``): cache-sized.
+FULL_PIECE = 1 << 20
+#: Full steps between refreshes of the block radii (stale radii are upper bounds: still exact).
+REACH_EVERY = 4
 
 
 def _draw(closest_blocks, block_sums, u):
@@ -52,14 +56,22 @@ def _draw(closest_blocks, block_sums, u):
 def _full_step(x, x_t, x_sq, cand, closest, cblocks):
     """A seeding step over every row in the original order (early steps reach most blocks), as
     the dense seeding does it: ``(best candidate [C], fresh draw-block sums)``; ``closest`` is
-    updated in place."""
+    updated in place. Groups go a few at a time (``groups x candidates x rows`` at most
+    :data:`FULL_PIECE` scores): one group's ``[T, N]`` block stays in cache where a batch of
+    many would not (measured at N = 50,000: 175 ms per class one at a time, 247 ms in batches
+    of 8)."""
     groups, n, _ = x.shape
-    every = torch.arange(groups, device=x.device)[:, None]
-    d = torch.baddbmm(x_sq[:, None, :], x[every, cand], x_t, alpha=-2.0)  # [C, T, N]
-    d.add_(x_sq.gather(1, cand)[:, :, None]).clamp_min_(0.0)
-    trial = torch.minimum(d, closest[:, None, :n], out=d)
-    best = trial.sum(2, dtype=_F64).argmin(1)  # the dense seeding's rule
-    closest[:, :n] = trial[every[:, 0], best]
+    step = max(1, FULL_PIECE // (cand.shape[1] * n))
+    best = torch.empty(groups, dtype=torch.int64, device=x.device)
+    for a in range(0, groups, step):
+        b = min(groups, a + step)
+        every = torch.arange(b - a, device=x.device)[:, None]
+        xs, cs = x[a:b], cand[a:b]
+        d = torch.baddbmm(x_sq[a:b, None, :], xs[every, cs], x_t[a:b], alpha=-2.0)  # [c, T, N]
+        d.add_(x_sq[a:b].gather(1, cs)[:, :, None]).clamp_min_(0.0)
+        trial = torch.minimum(d, closest[a:b, None, :n], out=d)
+        best[a:b] = trial.sum(2, dtype=_F64).argmin(1)  # the dense seeding's rule
+        closest[a:b, :n] = trial[every[:, 0], best[a:b]]
     return best, cblocks.sum(2, dtype=_F64)
 
 
@@ -134,7 +146,7 @@ def seed(
     reach = closest.gather(1, order).view(groups, nb, block).amax(2).sqrt_()
     exhausted = torch.zeros(groups, dtype=torch.bool, device=device)
     arange_block = torch.arange(block, device=device)
-    x_t, stale = x.transpose(1, 2), 0
+    x_t, full = x.transpose(1, 2), 0
     tiny = 1e-9 * sums.sum(1)
     for k in range(1, n_clusters):
         if bool((sums.sum(1) <= tiny).any()):  # maybe all zero: incremental sums leave residue
@@ -149,8 +161,8 @@ def seed(
         if float(hit.double().mean()) > FULL_STEP:
             best, sums = _full_step(x, x_t, x_sq, cand, closest, cblocks)
             chosen[:, k] = cand[every, best]
-            stale += 1  # closest only decreases: a stale reach still bounds it (more blocks)
-            if stale % 8 == 0:
+            full += 1  # closest only decreases: a stale reach still bounds it (more blocks)
+            if full % REACH_EVERY == 0:
                 reach = closest.gather(1, order).view(groups, nb, block).amax(2).sqrt_()
             continue
         cls, blk = hit.nonzero(as_tuple=True)
