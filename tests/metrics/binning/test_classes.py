@@ -166,7 +166,8 @@ def test_threads_restored_and_errors_propagate():
 
 
 def test_chunk_size_bounds_the_chunk_and_feeds_every_worker():
-    assert _chunk_size(1000, 50_000, 10, 2) == MAX_CHUNK_CLASSES  # 16 MiB of rows per class
+    assert _chunk_size(1000, 50_000, 10, 2) == 8  # 2^22 elements: 8 classes of 50,000 x 10
+    assert _chunk_size(1000, 5_000, 10, 2) == MAX_CHUNK_CLASSES
     assert _chunk_size(1000, 10**6, 10, 2) == 1  # huge classes: one at a time
     assert _chunk_size(10, 1000, 10, 2) == 5  # both workers get classes
     assert _chunk_size(3, 10, 5, 1) == 3
