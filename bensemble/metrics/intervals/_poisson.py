@@ -167,16 +167,27 @@ def weight_block(
         np.bitwise_xor(a[start:stop, None], b[None, :], out=hh)
         _mix(hh, tt)
         u = _as_words(hh)  # [m, 2 pairs]: low word first, then high word
-        np.right_shift(u, np.uint32(16), out=cc)
         dest = out[start:stop] if even else wide[:m]
-        np.take(_BASE, cc, out=dest)
-        np.take(_INNER, cc, out=cc)
-        dest += u >= cc
-        top = u >= _TOP_CELL
-        if top.any():  # the top cell holds several thresholds: count them exactly
-            dest[top] = np.searchsorted(POISSON_THRESHOLDS, u[top], side="right")
+        poisson_counts(u, dest, cc)
         if not even:
             out[start:stop] = dest[:, :n_replicates]
+    return out
+
+
+def poisson_counts(u: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> np.ndarray:
+    """Inverse CDF of Poisson(1) on 32-bit uniforms: ``out = #{k : u >= T_k}`` (uint8).
+
+    ``u``, ``out`` and ``scratch`` (uint32) share one shape. One table lookup on the top 16 bits,
+    one comparison with the threshold inside the cell, and an exact count for the rare ``u`` of
+    the top cell (which holds several thresholds).
+    """
+    np.right_shift(u, np.uint32(16), out=scratch)
+    np.take(_BASE, scratch, out=out)
+    np.take(_INNER, scratch, out=scratch)
+    out += u >= scratch
+    top = u >= _TOP_CELL
+    if top.any():
+        out[top] = np.searchsorted(POISSON_THRESHOLDS, u[top], side="right")
     return out
 
 
@@ -200,6 +211,8 @@ def sample_indices(sample_index: Any, fn: str) -> np.ndarray:
             )
         return np.arange(sample_index.start, sample_index.stop, dtype=np.uint64)
     t = to_tensor(sample_index, "sample_index", fn)
+    if t.numel() == 0 and t.ndim == 1:
+        return np.empty(0, dtype=np.uint64)
     if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
         raise ValueError(f"{fn}: `sample_index` must have an integer dtype (got {t.dtype})")
     if t.ndim != 1:
