@@ -144,3 +144,34 @@ def binomial_lower_bound(covered: int, runs: int, confidence: float = 0.95) -> f
 def truth_check(population) -> float:
     """The population's exact error (for the tables)."""
     return population.truth if math.isfinite(population.truth) else float("nan")
+
+
+def mean_truths(population: TopLabelPopulation) -> dict[str, float]:
+    """Exact accuracy, NLL (``-log(p_y + 1e-8)``) and Brier score of a top-label population."""
+    from scipy import integrate
+
+    pop, k = population, population.k
+
+    def density(c):
+        return pop.beta.pdf((c - 0.1) / 0.9) / 0.9
+
+    def right(c):
+        return c + pop.lam * pop._delta(c)
+
+    def brier(c):
+        other = (1 - c) / (k - 1)
+        ok = (1 - c) ** 2 + (k - 1) * other**2
+        wrong = c**2 + (1 - other) ** 2 + (k - 2) * other**2
+        return right(c) * ok + (1 - right(c)) * wrong
+
+    def nll(c):
+        other = (1 - c) / (k - 1)
+        return -right(c) * np.log(c + 1e-8) - (1 - right(c)) * np.log(other + 1e-8)
+
+    out = {}
+    for name, fn in (("accuracy", right), ("nll", nll), ("brier", brier)):
+        value, _ = integrate.quad(
+            lambda c, fn=fn: density(c) * fn(c), 0.1, 1.0, epsabs=1e-13, epsrel=1e-12, limit=400
+        )
+        out[name] = value
+    return out

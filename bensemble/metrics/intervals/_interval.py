@@ -47,6 +47,8 @@ from dataclasses import dataclass
 
 import torch
 
+from bensemble._validation import as_float_tensor
+
 __all__ = ["Interval", "l1_norm_interval", "percentile_interval"]
 
 _F64 = torch.float64
@@ -95,6 +97,9 @@ def percentile_interval(values: torch.Tensor, level: float = 0.95) -> tuple[floa
         >>> round(low, 6), round(high, 6)
         (5.0, 95.0)
     """
+    fn = "percentile_interval"
+    values = as_float_tensor(values, "values", fn, ndim=1, finite=False)
+    _check_level(level, fn)
     v = values[torch.isfinite(values)].to(_F64)
     if v.numel() == 0 or 2 * v.numel() < values.numel():
         return None
@@ -130,8 +135,22 @@ def l1_norm_interval(
         >>> low, round(high, 3)  # 0.008 + 1.96 * 0.01 * sqrt(8)
         (0.0, 0.064)
     """
-    t_hat = estimate.to(_F64).reshape(-1)
-    reps = replicates.to(_F64).reshape(-1, t_hat.numel())
+    fn = "l1_norm_interval"
+    t_hat = as_float_tensor(estimate, "estimate", fn, ndim=1).cpu()
+    reps = as_float_tensor(replicates, "replicates", fn, ndim=2, finite=False).cpu()
+    if reps.shape[1] != t_hat.shape[0]:
+        raise ValueError(
+            f"{fn}: `replicates` must have one column per coordinate of `estimate` "
+            f"({t_hat.shape[0]}) (got shape {tuple(reps.shape)})"
+        )
+    _check_level(level, fn)
+    if beta is not None:
+        ok = isinstance(beta, (int, float)) and not isinstance(beta, bool)
+        if not ok or not 0.0 < float(beta) < (1.0 - level) / 2.0:
+            raise ValueError(
+                f"{fn}: `beta` must lie in (0, (1 - level) / 2) = (0, {(1.0 - level) / 2.0:g}) "
+                f"(got {beta!r})"
+            )
     reps = reps[torch.isfinite(reps).all(1)]
     norm = float(t_hat.abs().sum())
     if reps.shape[0] < 2:
@@ -161,6 +180,12 @@ def l1_norm_interval(
     bound = max(squared + z_quarter * spread, 0.0)
     high = min(high, (float(v.sum()) * bound) ** 0.5)
     return min(low, norm), max(high, norm)
+
+
+def _check_level(level: object, fn: str) -> None:
+    ok = isinstance(level, (int, float)) and not isinstance(level, bool)
+    if not ok or not 0.0 < float(level) < 1.0:
+        raise ValueError(f"{fn}: `level` must lie in (0, 1) (got {level!r})")
 
 
 def _quantile(values: torch.Tensor, q: float) -> float:

@@ -1,0 +1,213 @@
+"""Coverage of the report's 95% intervals, old (percentile) vs new (Poisson, L1 two-step).
+
+Populations whose binned calibration error is known exactly (``_coverage_populations.py``):
+for each metric (top-label ECE, classwise ECE, binary EECE with fixed bins), sample size and true
+value, ``--runs`` independent samples are drawn; each gets
+
+* the OLD interval: the report's code path until issue 21 (``bensemble.app.bootstrap``:
+  multinomial resamples, the statistic registered as ``register_stage`` /
+  ``BootstrapPlan.eece`` do, ``percentile_interval(values, debias_from=value)``);
+* the NEW interval: :class:`bensemble.metrics.intervals.ReplicateState` (counter-based Poisson
+  weights, method ``"l1-two-step"``),
+
+and the table gives the fraction of runs whose interval contains the true value, the one-sided
+95% Clopper-Pearson lower bound of the new coverage and the median interval of each method.
+The means (accuracy, NLL, Brier; percentile intervals of either bootstrap) are checked on the
+top-label population. Same replicates (200), same samples for both methods.
+
+Run: ``PYTHONPATH=. python benchmarks/bench_interval_coverage.py`` (about 10 min of CPU;
+``--runs 50`` for a quick look); ``--weights`` times the weights alone (10^6 x 200, CPU time of
+this process, counter-based Poisson vs the report's multinomial draws, same run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _coverage_populations import (  # noqa: E402
+    N_BINS,
+    ClasswisePopulation,
+    EECEPopulation,
+    TopLabelPopulation,
+    binomial_lower_bound,
+    mean_truths,
+)
+
+from bensemble._progress import progress  # noqa: E402
+from bensemble.app.bootstrap import BootstrapPlan  # noqa: E402
+from bensemble.app.bootstrap import percentile_interval as old_percentile  # noqa: E402
+from bensemble.metrics import (  # noqa: E402
+    classwise_calibration_error,
+    expected_calibration_error,
+    expected_epistemic_calibration_error,
+)
+from bensemble.metrics._binning import uniform_bin_ids  # noqa: E402
+from bensemble.metrics.intervals import ReplicateState  # noqa: E402
+
+REPLICATES = 200
+TRUTHS = (0.0, 0.005, 0.02)
+F64 = torch.float64
+
+
+def _old_ece(plan, name, probs, labels, classwise):
+    """The statistic as ``register_stage`` registers it (bins of the full sample, fixed)."""
+    k = probs.shape[1]
+    if classwise:
+        onehot = torch.nn.functional.one_hot(labels, k).to(F64)
+        plan.binned_gap(name, uniform_bin_ids(probs, N_BINS), onehot - probs.to(F64), N_BINS + 1)
+        return classwise_calibration_error(probs, labels, N_BINS)
+    conf, pred = probs.max(1)
+    correct = (pred == labels).to(F64)
+    plan.binned_gap(name, uniform_bin_ids(conf, N_BINS), correct - conf.to(F64), N_BINS + 1)
+    return expected_calibration_error(probs, labels, N_BINS)
+
+
+def one_run(metric: str, population, n: int, run: int, rng: np.random.Generator):
+    """``(old (low, high), new Interval)`` of one sample."""
+    plan, state = BootstrapPlan(n), ReplicateState(REPLICATES, seed=run)
+    if metric == "eece":
+        p, y, cell = population.sample(n, rng)
+        value = expected_epistemic_calibration_error(p, y, bins=cell, binary=True)
+        plan.eece("x", p, y.to(F64), p.var(0, unbiased=False), cell, 1, population.m)
+        state.add_eece("x", population.h, population.m, binary=True)
+        state.update(range(n), {"x": (p, y, cell)})
+    else:
+        probs, labels = population.sample(n, rng)
+        classwise = metric == "classwise_ece"
+        value = _old_ece(plan, "x", probs, labels, classwise)
+        k = probs.shape[1] if classwise else None
+        state.add_calibration("x", N_BINS, classwise=classwise, num_classes=k)
+        state.update(range(n), {"x": (probs, labels)})
+    old = old_percentile(plan.run(REPLICATES, seed=run)["x"], debias_from=value)
+    return old, state.compute()["x"]
+
+
+POPULATIONS = {
+    "ece": lambda t: TopLabelPopulation(t, "wave"),
+    "ece (over-confident)": lambda t: TopLabelPopulation(t, "over"),
+    "classwise_ece": ClasswisePopulation,
+    "eece": EECEPopulation,
+}
+
+
+def coverage_table(metrics, sizes, runs: int) -> list[str]:
+    rows = [
+        "| metric | n | true value | old coverage | new coverage | new >= (95% CP) | "
+        "old median interval | new median interval |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    cells = [(m, n, t) for m in metrics for n in sizes for t in TRUTHS]
+    for metric, n, truth in progress(cells, desc="coverage"):
+        population = POPULATIONS[metric](truth)
+        kind = "eece" if metric == "eece" else metric.split(" ")[0]
+        rng = np.random.default_rng(1000 + n)
+        old_hits = new_hits = 0
+        old_ends, new_ends = [], []
+        for run in range(runs):
+            old, new = one_run(kind, population, n, run, rng)
+            old_hits += old is not None and old[0] <= population.truth <= old[1]
+            new_hits += new.low <= population.truth <= new.high
+            old_ends.append(old if old is not None else (np.nan, np.nan))
+            new_ends.append((new.low, new.high))
+        o, w = np.nanmedian(old_ends, 0), np.median(new_ends, 0)
+        rows.append(
+            f"| {metric} | {n:,} | {population.truth:.4f} | {old_hits / runs:.1%} | "
+            f"{new_hits / runs:.1%} | {binomial_lower_bound(new_hits, runs):.1%} | "
+            f"{o[0]:.4f} - {o[1]:.4f} | {w[0]:.4f} - {w[1]:.4f} |"
+        )
+        print(rows[-1], flush=True)
+    return rows
+
+
+def means_table(sizes, runs: int) -> list[str]:
+    """Percentile intervals of the means: old multinomial vs new Poisson replicates."""
+    rows = ["| metric | n | true value | old coverage | new coverage |", "|---|---|---|---|---|"]
+    population = TopLabelPopulation(0.02, "wave")
+    truths = mean_truths(population)
+    for n in sizes:
+        rng = np.random.default_rng(7 + n)
+        hits = {(name, m): 0 for name in truths for m in ("old", "new")}
+        for run in range(runs):
+            probs, labels = population.sample(n, rng)
+            conf, pred = probs.max(1)
+            values = {
+                "accuracy": (pred == labels).to(F64),
+                "nll": -(probs.gather(1, labels[:, None]).squeeze(1) + 1e-8).log(),
+                "brier": ((probs - torch.nn.functional.one_hot(labels, 10)) ** 2).sum(1),
+            }
+            plan, state = BootstrapPlan(n), ReplicateState(REPLICATES, seed=run)
+            for name, v in values.items():
+                plan.mean(name, v)
+                state.add_mean(name)
+            state.update(range(n), {name: (v,) for name, v in values.items()})
+            old = plan.run(REPLICATES, seed=run)
+            new = state.compute()
+            for name, truth in truths.items():
+                low, high = old_percentile(old[name])
+                hits[(name, "old")] += low <= truth <= high
+                hits[(name, "new")] += new[name].contains(truth)
+        for name, truth in truths.items():
+            rows.append(
+                f"| {name} | {n:,} | {truth:.4f} | {hits[(name, 'old')] / runs:.1%} | "
+                f"{hits[(name, 'new')] / runs:.1%} |"
+            )
+            print(rows[-1], flush=True)
+    return rows
+
+
+def weights_timing(n: int = 1_000_000, replicates: int = REPLICATES) -> list[str]:
+    """CPU time of the weights alone: counter-based Poisson vs the report's multinomial."""
+    from bensemble.app.bootstrap import multinomial_weights
+    from bensemble.metrics.intervals._poisson import weight_block
+
+    torch.set_num_threads(1)
+    index = np.arange(n, dtype=np.uint64)
+    cpu = time.process_time()
+    weight_block(index, replicates, 0)
+    poisson = time.process_time() - cpu
+    cpu = time.process_time()
+    for _ in multinomial_weights(n, replicates, seed=0):
+        pass
+    multinomial = time.process_time() - cpu
+    return [
+        f"weights for {n:,} samples x {replicates} replicates (CPU s, 1 torch thread): "
+        f"counter-based Poisson {poisson:.2f} s ({poisson / (n * replicates) * 1e9:.1f} ns "
+        f"each), multinomial (report until issue 21) {multinomial:.2f} s, ratio "
+        f"{multinomial / poisson:.2f}"
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--sizes", default="500,2000,10000")
+    parser.add_argument("--metrics", default=",".join(POPULATIONS))
+    parser.add_argument("--weights", action="store_true", help="time the weights only")
+    parser.add_argument("--no-means", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    start, cpu = time.perf_counter(), time.process_time()
+    if args.weights:
+        lines = weights_timing()
+    else:
+        sizes = [int(s) for s in args.sizes.split(",")]
+        print(f"{args.runs} runs per cell, {REPLICATES} replicates, {N_BINS} bins, level 0.95")
+        lines = coverage_table(args.metrics.split(","), sizes, args.runs)
+        if not args.no_means:
+            lines += [""] + means_table(sizes, args.runs)
+    print("\n".join(lines))
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    command = " ".join(["python", *sys.argv])
+    print(f"runtime: {wall:.0f} s wall, {cpu:.0f} s CPU ({command})")
+
+
+if __name__ == "__main__":
+    main()
