@@ -8,6 +8,8 @@
   :class:`CalibrationReplicates` (top-label / classwise ECE) and :class:`EECEReplicates` (EECE
   with fixed bins): the calibration errors use :func:`l1_norm_interval`, a two-step
   test-inversion interval valid near zero.
+* :func:`selective_replicates` / :func:`selective_intervals` - misclassification AUROC and
+  AURC replicates (exact, from the gathered confidences, same weights; percentile intervals).
 * :class:`Interval` - point, low, high, level, method and what the interval covers.
 
 See the user guide page "Confidence intervals" for what each interval covers.
@@ -19,6 +21,10 @@ from bensemble.metrics.intervals._eece_replicates import EECEReplicates
 from bensemble.metrics.intervals._interval import Interval, l1_norm_interval, percentile_interval
 from bensemble.metrics.intervals._poisson import poisson_weights
 from bensemble.metrics.intervals._replicates import MeanReplicates
+from bensemble.metrics.intervals._selective_replicates import (
+    selective_intervals,
+    selective_replicates,
+)
 
 __all__ = [
     "CalibrationReplicates",
@@ -29,4 +35,6 @@ __all__ = [
     "l1_norm_interval",
     "percentile_interval",
     "poisson_weights",
+    "selective_intervals",
+    "selective_replicates",
 ]

@@ -132,8 +132,8 @@ def l1_norm_interval(
         >>> g = torch.Generator().manual_seed(0)
         >>> z = 0.01 * torch.randn(400, 8, generator=g, dtype=torch.float64)
         >>> low, high = l1_norm_interval(torch.zeros(8, dtype=torch.float64) + 0.001, z)
-        >>> low, round(high, 3)  # 0.008 + 1.96 * 0.01 * sqrt(8)
-        (0.0, 0.064)
+        >>> low, round(high, 3)  # noise only: low 0, high from the debiased squared error
+        (0.0, 0.029)
     """
     fn = "l1_norm_interval"
     t_hat = as_float_tensor(estimate, "estimate", fn, ndim=1).cpu()

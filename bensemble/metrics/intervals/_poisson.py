@@ -123,11 +123,12 @@ def resolve_seed(seed: Any, fn: str) -> int:
     return int(seed)
 
 
-def _replicate_keys(seed: int, n_replicates: int) -> np.ndarray:
-    """``b_j`` for the ``ceil(R / 2)`` replicate pairs (uint64)."""
+def _replicate_keys(seed: int, n_replicates: int, first_pair: int = 0) -> np.ndarray:
+    """``b_j`` for the ``ceil(R / 2)`` replicate pairs from pair ``first_pair`` on (uint64)."""
     key = _mix_scalar(_mix_scalar(seed ^ _SEED_SALT) ^ _REPLICATE_SALT)
     pairs = (n_replicates + 1) // 2
-    b = (np.arange(1, pairs + 1, dtype=np.uint64) * _U(_GOLDEN)) + _U(key)
+    j = np.arange(first_pair + 1, first_pair + pairs + 1, dtype=np.uint64)
+    b = (j * _U(_GOLDEN)) + _U(key)
     return _mix(b, np.empty_like(b))
 
 
@@ -139,20 +140,28 @@ def _sample_keys(seed: int, index: np.ndarray) -> np.ndarray:
 
 
 def weight_block(
-    index: np.ndarray, n_replicates: int, seed: int, out: np.ndarray | None = None
+    index: np.ndarray,
+    n_replicates: int,
+    seed: int,
+    out: np.ndarray | None = None,
+    *,
+    first_replicate: int = 0,
 ) -> np.ndarray:
     """Poisson(1) counts ``[c, n_replicates]`` (uint8) of the uint64 global ``index [c]``.
 
     The kernel of :func:`poisson_weights`, without validation (``seed`` an int in
     ``[0, 2**64)``, ``index`` a uint64 array). ``out`` may pass a C-contiguous uint8 buffer of
-    the result's shape.
+    the result's shape. ``first_replicate`` (even) starts at that replicate: column ``j`` is
+    replicate ``first_replicate + j``.
     """
     c = index.shape[0]
     if out is None:
         out = np.empty((c, n_replicates), dtype=np.uint8)
     if c == 0 or n_replicates == 0:
         return out
-    b = _replicate_keys(seed, n_replicates)
+    if first_replicate % 2:
+        raise ValueError(f"weight_block: `first_replicate` must be even (got {first_replicate})")
+    b = _replicate_keys(seed, n_replicates, first_replicate // 2)
     a = _sample_keys(seed, index)
     pairs = b.shape[0]
     rows = max(1, _BLOCK_WORDS // pairs)
