@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from bensemble.metrics import aurc, auroc
-from bensemble.metrics.intervals import poisson_weights, selective_intervals, selective_replicates
 from bensemble.metrics.intervals import _selective_replicates as module
+from bensemble.metrics.intervals import poisson_weights, selective_intervals, selective_replicates
 
 
 def _data(n=400, seed=0, ties=True):
