@@ -48,16 +48,19 @@ def test_covers_on_gaussian_vectors(name):
         assert sum(low == 0.0 for low in lows) >= 0.95 * len(lows)
 
 
-def test_far_from_zero_it_is_the_normal_interval():
+@pytest.mark.parametrize("shape", ["flat", "concentrated"])
+def test_far_from_zero_it_is_the_normal_interval(shape):
     sd = torch.full((10,), 1e-3, dtype=F64)
     estimate = torch.full((10,), 0.05, dtype=F64)
+    if shape == "concentrated":  # Cauchy-Schwarz is loose here: the linear bound must win
+        estimate[0] = 0.3
     g = torch.Generator().manual_seed(1)
     replicates = estimate + sd * torch.randn(4000, 10, generator=g, dtype=F64)
     low, high = l1_norm_interval(estimate, replicates)
-    half = math.sqrt(10) * 1e-3
+    half, norm = math.sqrt(10) * 1e-3, float(estimate.sum())
     # lower tail at 1 - a/2 + beta = 0.9775, upper at 1 - a/4 = 0.9875 (Bonferroni)
-    assert low == pytest.approx(0.5 - 2.005 * half, abs=0.15 * half)
-    assert high == pytest.approx(0.5 + 2.241 * half, abs=0.15 * half)
+    assert low == pytest.approx(norm - 2.005 * half, abs=0.15 * half)
+    assert high == pytest.approx(norm + 2.241 * half, abs=0.15 * half)
 
 
 @given(seed=st.integers(0, 2**31), j=st.integers(1, 12), scale=st.floats(1e-6, 1.0))
@@ -107,3 +110,16 @@ def test_degenerate_replicates_give_the_point():
 def test_bad_input_names_the_argument(call, name):
     with pytest.raises(ValueError, match=f"`{name}`"):
         call()
+
+
+def test_near_zero_the_debiased_squared_bound_is_the_tighter_upper_end():
+    """Pure noise in 30 bins: the linear bound adds 2.24 sd * sqrt(30) to a plug-in value that
+    is itself all noise; the debiased squared error mapped back stays near the plug-in value."""
+    g = torch.Generator().manual_seed(3)
+    sd = 1e-3
+    estimate = sd * torch.randn(30, generator=g, dtype=F64)
+    replicates = estimate + sd * torch.randn(400, 30, generator=g, dtype=F64)
+    low, high = l1_norm_interval(estimate, replicates)
+    norm, linear_margin = float(estimate.abs().sum()), 2.24 * sd * math.sqrt(30)
+    assert low == 0.0
+    assert high < norm + 0.5 * linear_margin
