@@ -15,9 +15,11 @@ and the table gives the fraction of runs whose interval contains the true value,
 The means (accuracy, NLL, Brier; percentile intervals of either bootstrap) are checked on the
 top-label population. Same replicates (200), same samples for both methods.
 
-Run: ``PYTHONPATH=. python benchmarks/bench_interval_coverage.py`` (about 10 min of CPU;
-``--runs 50`` for a quick look); ``--weights`` times the weights alone (10^6 x 200, CPU time of
-this process, counter-based Poisson vs the report's multinomial draws, same run).
+Run: ``PYTHONPATH=. python benchmarks/bench_interval_coverage.py`` (about 10 min of CPU on one
+core; writes its section of ``benchmarks/results.md``; ``--runs 50`` for a quick look that
+writes nothing). Every run also times the weights alone (10^6 x 200, CPU time of this process:
+counter-based Poisson vs the report's multinomial draws, same run); ``--weights`` does only
+that.
 """
 
 from __future__ import annotations
@@ -163,12 +165,13 @@ def means_table(sizes, runs: int) -> list[str]:
     return rows
 
 
-def weights_timing(n: int = 1_000_000, replicates: int = REPLICATES) -> list[str]:
+def weights_timing(n: int = 1_000_000, replicates: int = REPLICATES):
     """CPU time of the weights alone: counter-based Poisson vs the report's multinomial."""
+    import _harness
+
     from bensemble.app.bootstrap import multinomial_weights
     from bensemble.metrics.intervals._poisson import weight_block
 
-    torch.set_num_threads(1)
     index = np.arange(n, dtype=np.uint64)
     cpu = time.process_time()
     weight_block(index, replicates, 0)
@@ -177,15 +180,18 @@ def weights_timing(n: int = 1_000_000, replicates: int = REPLICATES) -> list[str
     for _ in multinomial_weights(n, replicates, seed=0):
         pass
     multinomial = time.process_time() - cpu
-    return [
-        f"weights for {n:,} samples x {replicates} replicates (CPU s, 1 torch thread): "
-        f"counter-based Poisson {poisson:.2f} s ({poisson / (n * replicates) * 1e9:.1f} ns "
-        f"each), multinomial (report until issue 21) {multinomial:.2f} s, ratio "
-        f"{multinomial / poisson:.2f}"
-    ]
+    return _harness.Result(
+        f"bootstrap weights {n:,} x {replicates} (CPU s)",
+        "multinomial draws (report until issue 21)",
+        multinomial,
+        poisson,
+        note=f"counter-based Poisson(1): {poisson / (n * replicates) * 1e9:.1f} ns a weight",
+    )
 
 
 def main() -> None:
+    import _harness
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--sizes", default="500,2000,10000")
@@ -195,18 +201,25 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     start, cpu = time.perf_counter(), time.process_time()
-    if args.weights:
-        lines = weights_timing()
-    else:
+    lines: list[str] = []
+    if not args.weights:
         sizes = [int(s) for s in args.sizes.split(",")]
-        print(f"{args.runs} runs per cell, {REPLICATES} replicates, {N_BINS} bins, level 0.95")
-        lines = coverage_table(args.metrics.split(","), sizes, args.runs)
+        lines.append(
+            f"Coverage of the 95% intervals: {args.runs} runs per cell, {REPLICATES} replicates, "
+            f"{N_BINS} bins; new >= is the one-sided 95% Clopper-Pearson bound."
+        )
+        lines += [""] + coverage_table(args.metrics.split(","), sizes, args.runs)
         if not args.no_means:
-            lines += [""] + means_table(sizes, args.runs)
-    print("\n".join(lines))
+            lines += ["", "Means (percentile intervals):", ""] + means_table(sizes, args.runs)
+    weights = weights_timing()
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     command = " ".join(["python", *sys.argv])
-    print(f"runtime: {wall:.0f} s wall, {cpu:.0f} s CPU ({command})")
+    lines += ["", f"Runtime {wall:.0f} s wall, {cpu:.0f} s CPU: `PYTHONPATH=. {command}`.", ""]
+    if args.weights or args.runs < 200:
+        print("\n".join(lines))
+        print(_harness.format_table([weights]))
+    else:  # the full grid goes into benchmarks/results.md
+        _harness.write_results([weights], notes=lines)
 
 
 if __name__ == "__main__":
