@@ -41,6 +41,7 @@ from _coverage_populations import (  # noqa: E402
     TopLabelPopulation,
     binomial_lower_bound,
     mean_truths,
+    selective_truths,
 )
 
 from bensemble._progress import progress  # noqa: E402
@@ -52,7 +53,7 @@ from bensemble.metrics import (  # noqa: E402
     expected_epistemic_calibration_error,
 )
 from bensemble.metrics._binning import uniform_bin_ids  # noqa: E402
-from bensemble.metrics.intervals import ReplicateState  # noqa: E402
+from bensemble.metrics.intervals import ReplicateState, selective_intervals  # noqa: E402
 
 REPLICATES = 200
 TRUTHS = (0.0, 0.005, 0.02)
@@ -130,18 +131,20 @@ def coverage_table(metrics, sizes, runs: int) -> list[str]:
 
 
 def means_table(sizes, runs: int) -> list[str]:
-    """Percentile intervals of the means: old multinomial vs new Poisson replicates."""
+    """Percentile intervals of the means, the misclassification AUROC and the AURC: old
+    multinomial resamples vs new Poisson replicates (truths by numerical integration)."""
     rows = ["| metric | n | true value | old coverage | new coverage |", "|---|---|---|---|---|"]
     population = TopLabelPopulation(0.02, "wave")
-    truths = mean_truths(population)
+    truths = {**mean_truths(population), **selective_truths(population)}
     for n in sizes:
         rng = np.random.default_rng(7 + n)
         hits = {(name, m): 0 for name in truths for m in ("old", "new")}
         for run in range(runs):
             probs, labels = population.sample(n, rng)
             conf, pred = probs.max(1)
+            correct = (pred == labels).to(F64)
             values = {
-                "accuracy": (pred == labels).to(F64),
+                "accuracy": correct,
                 "nll": -(probs.gather(1, labels[:, None]).squeeze(1) + 1e-8).log(),
                 "brier": ((probs - torch.nn.functional.one_hot(labels, 10)) ** 2).sum(1),
             }
@@ -149,9 +152,10 @@ def means_table(sizes, runs: int) -> list[str]:
             for name, v in values.items():
                 plan.mean(name, v)
                 state.add_mean(name)
+            plan.selective("error_auroc", "aurc", conf.to(F64), correct)
             state.update(range(n), {name: (v,) for name, v in values.items()})
             old = plan.run(REPLICATES, seed=run)
-            new = state.compute()
+            new = {**state.compute(), **selective_intervals(conf, correct, range(n), seed=run)}
             for name, truth in truths.items():
                 low, high = old_percentile(old[name])
                 hits[(name, "old")] += low <= truth <= high
@@ -198,6 +202,7 @@ def main() -> None:
     parser.add_argument("--metrics", default=",".join(POPULATIONS))
     parser.add_argument("--weights", action="store_true", help="time the weights only")
     parser.add_argument("--no-means", action="store_true")
+    parser.add_argument("--only-means", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)
     start, cpu = time.perf_counter(), time.process_time()
@@ -208,14 +213,16 @@ def main() -> None:
             f"Coverage of the 95% intervals: {args.runs} runs per cell, {REPLICATES} replicates, "
             f"{N_BINS} bins; new >= is the one-sided 95% Clopper-Pearson bound."
         )
-        lines += [""] + coverage_table(args.metrics.split(","), sizes, args.runs)
+        if not args.only_means:
+            lines += [""] + coverage_table(args.metrics.split(","), sizes, args.runs)
         if not args.no_means:
-            lines += ["", "Means (percentile intervals):", ""] + means_table(sizes, args.runs)
+            lines += ["", "Means, AUROC, AURC (percentile intervals):", ""]
+            lines += means_table(sizes, args.runs)
     weights = weights_timing()
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     command = " ".join(["python", *sys.argv])
     lines += ["", f"Runtime {wall:.0f} s wall, {cpu:.0f} s CPU: `PYTHONPATH=. {command}`.", ""]
-    if args.weights or args.runs < 200:
+    if args.weights or args.runs < 200 or args.only_means or args.no_means:
         print("\n".join(lines))
         print(_harness.format_table([weights]))
     else:  # the full grid goes into benchmarks/results.md
