@@ -19,7 +19,8 @@ Run: ``PYTHONPATH=. python benchmarks/bench_interval_coverage.py`` (about 10 min
 core; writes its section of ``benchmarks/results.md``; ``--runs 50`` for a quick look that
 writes nothing). Every run also times the weights alone (10^6 x 200, CPU time of this process:
 counter-based Poisson vs the report's multinomial draws, same run); ``--weights`` does only
-that.
+that, ``--bundle`` adds the CPU time of all the intervals of a report at 200,000 x 5 x 10 (old
+BootstrapPlan vs ReplicateState + selective_intervals, same run).
 """
 
 from __future__ import annotations
@@ -193,6 +194,71 @@ def weights_timing(n: int = 1_000_000, replicates: int = REPLICATES):
     )
 
 
+def bundle_timing(n: int = 200_000, m: int = 5, k: int = 10, slots: int = 200):
+    """CPU time of every interval of a report at ``n x m x k`` (two stages, 9 further means,
+    the classwise EECE with ``slots`` fixed bins per class): the report's BootstrapPlan until
+    issue 21 vs ReplicateState (chunks of 50,000 rows) + selective_intervals, same run."""
+    import _harness
+
+    from bensemble.app.evaluate_stats import register_stage
+
+    g = torch.Generator().manual_seed(0)
+    members = torch.softmax(2 * torch.randn(m, n, k, generator=g), -1)
+    labels = torch.randint(0, k, (n,), generator=g)
+    bins = torch.randint(0, slots, (k, n), generator=g)
+    stages = {"unscaled": members.mean(0), "scaled": torch.softmax(members.mean(0).log() / 1.3, 1)}
+    extra = [f"mean{i}" for i in range(9)]
+    value = torch.rand(n, generator=g, dtype=F64)
+    cols = members.to(F64).permute(0, 2, 1).reshape(m, k * n)
+    outcome = (labels[None, :] == torch.arange(k)[:, None]).reshape(-1).to(F64)
+    flat = (bins + torch.arange(k)[:, None] * slots).reshape(-1)
+
+    cpu = time.process_time()
+    plan = BootstrapPlan(n)
+    for name, p in stages.items():
+        register_stage(plan, name, p, labels, N_BINS)
+    for name in extra:
+        plan.mean(name, value)
+    plan.eece("eece", cols, outcome, cols.var(0, unbiased=False), flat, k, slots)
+    plan.run(REPLICATES, seed=0)
+    old = time.process_time() - cpu
+
+    cpu = time.process_time()
+    state = ReplicateState(REPLICATES, seed=0)
+    for name in stages:
+        for metric in ("accuracy", "nll", "brier"):
+            state.add_mean(f"{name}:{metric}")
+        state.add_calibration(f"{name}:ece", N_BINS)
+        state.add_calibration(f"{name}:classwise_ece", N_BINS, classwise=True, num_classes=k)
+    for name in extra:
+        state.add_mean(name)
+    state.add_eece("eece", m, slots, n_groups=k)
+    for start in range(0, n, 50_000):
+        rows = slice(start, start + 50_000)
+        inputs = {name: (value[rows],) for name in extra}
+        inputs["eece"] = (members[:, rows], labels[rows], bins[:, rows])
+        for name, p in stages.items():
+            conf, pred = p[rows].max(1)
+            right = (pred == labels[rows]).to(F64)
+            nll = -(p[rows].to(F64).gather(1, labels[rows, None]).squeeze(1) + 1e-8).log()
+            inputs.update({f"{name}:accuracy": (right,), f"{name}:nll": (nll,)})
+            inputs[f"{name}:brier"] = (nll,)
+            inputs[f"{name}:ece"] = inputs[f"{name}:classwise_ece"] = (p[rows], labels[rows])
+        state.update(range(start, start + 50_000), inputs)
+    state.compute()
+    for p in stages.values():
+        conf, pred = p.max(1)
+        selective_intervals(conf.to(F64), pred == labels, range(n), REPLICATES)
+    new = time.process_time() - cpu
+    return _harness.Result(
+        f"all report intervals {n:,} x {m} x {k} (CPU s)",
+        "BootstrapPlan (report until issue 21)",
+        old,
+        new,
+        note="streamed in 50,000-row chunks; incl. AUROC/AURC",
+    )
+
+
 def main() -> None:
     import _harness
 
@@ -203,11 +269,12 @@ def main() -> None:
     parser.add_argument("--weights", action="store_true", help="time the weights only")
     parser.add_argument("--no-means", action="store_true")
     parser.add_argument("--only-means", action="store_true")
+    parser.add_argument("--bundle", action="store_true", help="time a report's intervals only")
     args = parser.parse_args()
     torch.set_num_threads(1)
     start, cpu = time.perf_counter(), time.process_time()
     lines: list[str] = []
-    if not args.weights:
+    if not (args.weights or args.bundle):
         sizes = [int(s) for s in args.sizes.split(",")]
         lines.append(
             f"Coverage of the 95% intervals: {args.runs} runs per cell, {REPLICATES} replicates, "
@@ -218,15 +285,17 @@ def main() -> None:
         if not args.no_means:
             lines += ["", "Means, AUROC, AURC (percentile intervals):", ""]
             lines += means_table(sizes, args.runs)
-    weights = weights_timing()
+    rows = [weights_timing()]
+    if args.bundle:
+        rows.append(bundle_timing())
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     command = " ".join(["python", *sys.argv])
     lines += ["", f"Runtime {wall:.0f} s wall, {cpu:.0f} s CPU: `PYTHONPATH=. {command}`.", ""]
-    if args.weights or args.runs < 200 or args.only_means or args.no_means:
+    if args.weights or args.bundle or args.runs < 200 or args.only_means or args.no_means:
         print("\n".join(lines))
-        print(_harness.format_table([weights]))
+        print(_harness.format_table(rows))
     else:  # the full grid goes into benchmarks/results.md
-        _harness.write_results([weights], notes=lines)
+        _harness.write_results(rows, notes=lines)
 
 
 if __name__ == "__main__":

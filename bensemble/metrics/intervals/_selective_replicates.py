@@ -91,33 +91,34 @@ def selective_replicates(
     order = np.argsort(-c, kind="stable")
     c, err, index = c[order], ~ok[order], index[order]
     n = c.shape[0]
-    first, last, err_pos, last_err = _units(c, err)
+    first, last, err_pos, first_err = _units(c, err)
+    # the samples between and inside units, as segments: [0, first_0, last_0 + 1, first_1, ...]
+    cuts = np.unique(np.r_[0, first, last + 1])
+    cuts = cuts[cuts < n]
+    at_first, at_end = np.searchsorted(cuts, first), np.searchsorted(cuts, last + 1)
     block = max(2, (_BLOCK_ENTRIES // max(n, 1)) // 2 * 2)
     harmonic = np.zeros(1)
     auroc, aurc = np.empty(r + 1), np.empty(r + 1)
     blocks = [(None, slice(0, 1))]  # the unit weights (row 0), then blocks of replicates
     blocks += [(f, slice(f + 1, min(r, f + block) + 1)) for f in range(0, r, block)]
     for start, rows in blocks:
-        # replicate-major [b, n] float64: every running sum runs along contiguous rows
         if start is None:
-            w = np.ones((1, n))
-        else:
-            counts = weight_block(index, rows.stop - rows.start, seed, first_replicate=start)
-            w = counts.T.astype(np.float64)
-        upto = np.cumsum(w, 1)
-        total = upto[:, -1].copy()
+            w = np.ones((n, 1), dtype=np.uint8)
+        else:  # [n, b] counts in decreasing confidence; sums over runs of whole rows
+            w = weight_block(index, rows.stop - rows.start, seed, first_replicate=start)
         if first.size == 0:  # no error: no error in any replicate
             auroc[rows], aurc[rows] = np.nan, 0.0
             continue
-        before = np.where(first > 0, upto[:, first - 1], 0.0)  # weight before each unit
-        size = upto[:, last] - before
-        errors_upto = np.cumsum(w[:, err_pos], 1)[:, last_err]
-        errors = errors_upto[:, -1].copy()
-        e = np.diff(errors_upto, axis=1, prepend=0.0)
-        errors_before = errors_upto - e
+        upto = np.cumsum(np.add.reduceat(w, cuts, axis=0, dtype=np.int64), 0)  # [segments, b]
+        upto = np.concatenate([np.zeros((1, w.shape[1]), np.int64), upto]).astype(np.float64)
+        before, total = upto[at_first], upto[-1]  # weight before each unit [U, b]; totals [b]
+        size = upto[at_end] - before
+        e = np.add.reduceat(w[err_pos], first_err, axis=0, dtype=np.int64).astype(np.float64)
+        errors_before = np.cumsum(e, 0) - e
+        errors = errors_before[-1] + e[-1]
         with np.errstate(invalid="ignore", divide="ignore"):
             half = before - errors_before + 0.5 * (size - e)
-            auroc[rows] = np.einsum("ij,ij->i", e, half) / (errors * (total - errors))
+            auroc[rows] = np.einsum("ub,ub->b", e, half) / (errors * (total - errors))
         top = int(total.max())
         if harmonic.shape[0] <= top:
             harmonic = np.r_[0.0, np.cumsum(1.0 / np.arange(1, top + 1, dtype=np.float64))]
@@ -125,8 +126,8 @@ def selective_replicates(
         high = harmonic[low + size.astype(np.int64)]
         share = np.divide(e, size, out=np.zeros_like(e), where=size > 0)
         # W AURC = E H[W] - sum_u [e_u (H[a_u + s_u] - 1) + (e_u / s_u) a_u (H[a_u + s_u] - H[a_u])]
-        spread = np.einsum("ij,ij->i", e, high - 1.0)
-        spread += np.einsum("ij,ij->i", share * before, high - harmonic[low])
+        spread = np.einsum("ub,ub->b", e, high - 1.0)
+        spread += np.einsum("ub,ub->b", share * before, high - harmonic[low])
         with np.errstate(invalid="ignore", divide="ignore"):
             aurc[rows] = (errors * harmonic[total.astype(np.int64)] - spread) / total
     return torch.from_numpy(auroc), torch.from_numpy(aurc)
@@ -136,7 +137,7 @@ def _units(c: np.ndarray, err: np.ndarray) -> tuple[np.ndarray, ...]:
     """Units of the sorted samples (``c`` decreasing): a tie group holding both errors and
     correct points, or a maximal run of groups holding only errors (correct-only groups add
     only weight). Returns the first and last sample of every unit, the positions of the errors
-    and, per unit, the index (among the errors) of its last error."""
+    and, per unit, the index (among the errors) of its first error."""
     n = c.shape[0]
     starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
     ends = np.r_[starts[1:], n] - 1
@@ -148,8 +149,8 @@ def _units(c: np.ndarray, err: np.ndarray) -> tuple[np.ndarray, ...]:
     closes = (kind == 2) | ((kind == 1) & (np.r_[kind[1:], 0] != 1))
     first, last = starts[opens], ends[closes]
     err_pos = np.flatnonzero(err)
-    last_err = np.searchsorted(err_pos, last, side="right") - 1
-    return first, last, err_pos, last_err
+    first_err = np.searchsorted(err_pos, first, side="left")
+    return first, last, err_pos, first_err
 
 
 def selective_intervals(
