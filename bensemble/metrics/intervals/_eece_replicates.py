@@ -150,17 +150,22 @@ class EECEReplicates(ReplicatesBase):
                     f"(got {tuple(eu_t.shape)})"
                 )
         gaps = outcome[None] - cols  # [H, c, G]
-        values = torch.empty(c, g, self.width, dtype=_F64)
+        # per group: count, EU, Q and the H members (rows 0, 2, 3, 4.. of the bin); the outcome
+        # (row 1) is non-zero in one group only (the label's class), so one entry per sample
+        values = torch.empty(c, g, self.width - 1, dtype=_F64)
         values[:, :, 0] = 1.0
-        values[:, :, 1] = outcome
-        values[:, :, 2] = eu_t
-        values[:, :, 3] = (gaps * gaps).sum(0)
-        values[:, :, 4:] = cols.permute(1, 2, 0)
+        values[:, :, 1] = eu_t
+        values[:, :, 2] = (gaps * gaps).sum(0)
+        values[:, :, 3:] = cols.permute(1, 2, 0)
         slot = bins + torch.arange(g) * self.n_slots  # [c, G]
-        rows = slot[:, :, None] * self.width + torch.arange(self.width)
+        offsets = torch.tensor([0, *range(2, self.width)])
+        rows = (slot[:, :, None] * self.width + offsets).reshape(c, -1)
+        hit = outcome.argmax(1, keepdim=True)  # the label's group (group 0 when binary)
+        y_rows = slot.gather(1, hit) * self.width + 1
+        y_values = outcome.gather(1, hit)
         return c, {
-            "rows": rows.reshape(c, -1).contiguous().numpy(),
-            "values": values.reshape(c, -1).numpy(),
+            "rows": torch.cat([rows, y_rows], 1).contiguous().numpy(),
+            "values": torch.cat([values.reshape(c, -1), y_values], 1).contiguous().numpy(),
         }
 
     def _check_bins(self, point_bins: Any, c: int, fn: str) -> torch.Tensor:
