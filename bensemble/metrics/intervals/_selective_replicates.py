@@ -21,8 +21,9 @@ its errors and correct points), ``E``, ``C``, ``W`` the totals:
 
 Only *units* need these sums: a tie group holding errors and correct points, or a maximal run
 of groups holding only errors (over such a run both formulas telescope to one term); groups of
-correct points add only weight. Cost: one running sum over all samples and the rest over the
-units (about 0.6 s of CPU for 200,000 samples x 200 replicates, `python benchmarks/bench_interval_coverage.py --bundle`).
+correct points add only weight. Cost: one segment sum of the counts over all samples, the rest
+over the units (about 0.6 s of CPU for 200,000 samples x 200 replicates; ``python
+benchmarks/bench_interval_coverage.py --bundle`` times it with the rest of a report).
 
 Integer weights are resample counts, so replicate ``r`` is exactly the statistic of the data
 repeated ``w[:, r]`` times; row 0 (unit weights) is the point value.
