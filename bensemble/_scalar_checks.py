@@ -19,13 +19,16 @@ import torch
 __all__ = [
     "MAX_BIN_SLOTS",
     "MAX_N_BINS",
+    "check_allocation",
     "check_bool",
+    "check_count",
     "check_generator",
     "check_n_bins",
     "check_option",
     "check_positive",
     "check_positive_int",
     "check_probability",
+    "machine_memory_bytes",
     "warn_user",
 ]
 
@@ -65,6 +68,101 @@ def check_positive_int(value: Any, name: str, fn: str, *, minimum: int = 1) -> i
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{fn}: `{name}` must be an integer >= {minimum} (got {value!r})")
     return int(value)
+
+
+def machine_memory_bytes() -> int:
+    """Physical memory of this machine in bytes: the most any single allocation can ever get.
+
+    Read from ``os.sysconf`` (POSIX), else ``MemTotal`` in ``/proc/meminfo``, else a generous
+    1 TiB. Total rather than currently *available* memory, so that a check gives the same answer
+    on a busy and on a quiet machine (a request refused here could never succeed; one accepted
+    may still fail if other processes hold the memory).
+    """
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, OSError, ValueError):  # pragma: no cover - non-POSIX
+        pass
+    try:  # pragma: no cover - systems without SC_PHYS_PAGES
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):  # pragma: no cover
+        pass
+    return 2**40  # pragma: no cover
+
+
+def check_allocation(
+    fn: str, name: str, count: int, *, per_count: int = 1, itemsize: int = 8
+) -> int:
+    """Refuse a count whose allocation could not fit in this machine's memory.
+
+    The allocation is ``count * per_count`` values of ``itemsize`` bytes each (``per_count`` is
+    the product of the other sizes of the array, e.g. ``N * K`` for ``num_samples`` members of
+    ``[N, K]`` predictions). It is compared with :func:`machine_memory_bytes` *before* anything
+    is allocated.
+
+    Args:
+        fn: Public function (or ``Class.method``) named in the message.
+        name: Argument whose value is ``count``.
+        count: Non-negative integer the caller has already validated.
+        per_count: Values allocated per unit of ``count`` (``>= 0``).
+        itemsize: Bytes per value (8 for float64/int64, 4 for float32, ...).
+
+    Returns:
+        ``count`` as an ``int``.
+
+    Raises:
+        ValueError: "``fn``: ``name`` must be <= L ... (got count)", where ``L`` is the largest
+            count that fits (``memory // (per_count * itemsize)``); when even one unit does not
+            fit, the message says that the other sizes are too large instead of "<= 0".
+
+    Example:
+        >>> check_allocation("f", "num_samples", 10, per_count=100, itemsize=4)
+        10
+    """
+    count = int(count)
+    unit = max(int(per_count), 0) * max(int(itemsize), 1)
+    if count <= 0 or unit == 0:
+        return count
+    memory = machine_memory_bytes()
+    needed = count * unit
+    if needed <= memory:
+        return count
+    limit = memory // unit
+    if limit < 1:
+        raise ValueError(
+            f"{fn}: `{name}` cannot be allocated: one unit of it already needs {unit} bytes "
+            f"({per_count} values of {itemsize} bytes) and this machine has {memory} bytes of "
+            f"memory; reduce the other sizes (got {name}={count})"
+        )
+    raise ValueError(
+        f"{fn}: `{name}` must be <= {limit} so that its {count * int(per_count)} values of "
+        f"{itemsize} bytes fit in this machine's memory ({memory} bytes; {needed} needed) "
+        f"(got {count})"
+    )
+
+
+def check_count(
+    value: Any,
+    name: str,
+    fn: str,
+    *,
+    minimum: int = 1,
+    per_count: int = 1,
+    itemsize: int = 8,
+) -> int:
+    """An ``int >= minimum`` whose allocation (see :func:`check_allocation`) fits in memory.
+
+    For the counts a user passes that size an array: ``num_samples``, ``n_members``,
+    ``num_classes``, pool sizes, sample counts.
+
+    Example:
+        >>> check_count(5, "n_members", "f", per_count=1000)
+        5
+    """
+    n = check_positive_int(value, name, fn, minimum=minimum)
+    return check_allocation(fn, name, n, per_count=per_count, itemsize=itemsize)
 
 
 def check_n_bins(n_bins: Any, fn: str, name: str = "n_bins", *, maximum: int = MAX_N_BINS) -> int:

@@ -32,13 +32,16 @@ from __future__ import annotations
 from bensemble._scalar_checks import (
     MAX_BIN_SLOTS,
     MAX_N_BINS,
+    check_allocation,
     check_bool,
+    check_count,
     check_generator,
     check_n_bins,
     check_option,
     check_positive,
     check_positive_int,
     check_probability,
+    machine_memory_bytes,
     warn_user,
 )
 from bensemble._validation_members import (
@@ -74,6 +77,9 @@ __all__ = [
     "as_labels",
     "as_binary",
     "as_confidences",
+    "check_allocation",
+    "check_count",
+    "machine_memory_bytes",
     "check_n_bins",
     "check_option",
     "check_positive",
