@@ -70,14 +70,14 @@ def check_positive_int(value: Any, name: str, fn: str, *, minimum: int = 1) -> i
     return int(value)
 
 
-def machine_memory_bytes() -> int:
-    """Physical memory of this machine in bytes: the most any single allocation can ever get.
+#: Tests set this (``monkeypatch.setattr(bensemble._scalar_checks, "MEMORY_OVERRIDE", n)``) to
+#: make :func:`machine_memory_bytes` report ``n`` bytes; ``None`` reads the machine.
+MEMORY_OVERRIDE: int | None = None
+# cgroup (container) memory limits, v2 then v1; "max" or a huge number means none.
+_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 
-    Read from ``os.sysconf`` (POSIX), else ``MemTotal`` in ``/proc/meminfo``, else a generous
-    1 TiB. Total rather than currently *available* memory, so that a check gives the same answer
-    on a busy and on a quiet machine (a request refused here could never succeed; one accepted
-    may still fail if other processes hold the memory).
-    """
+
+def _physical_memory() -> int:
     try:
         return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
     except (AttributeError, OSError, ValueError):  # pragma: no cover - non-POSIX
@@ -90,6 +90,32 @@ def machine_memory_bytes() -> int:
     except (OSError, ValueError, IndexError):  # pragma: no cover
         pass
     return 2**40  # pragma: no cover
+
+
+def _cgroup_limit() -> int | None:
+    for path in _CGROUP_LIMITS:
+        try:
+            with open(path, encoding="ascii") as handle:
+                return int(handle.read().strip())
+        except (OSError, ValueError):  # absent, or "max"
+            continue
+    return None
+
+
+def machine_memory_bytes() -> int:
+    """Memory this process can ever hold, in bytes: the most any single allocation can get.
+
+    Physical memory (``os.sysconf``, else ``MemTotal`` in ``/proc/meminfo``, else a generous
+    1 TiB), lowered to the container's cgroup memory limit when one is set. Total rather than
+    currently *available* memory, so that a check gives the same answer on a busy and on a quiet
+    machine: a request refused here could never succeed (one accepted may still fail if other
+    processes hold the memory).
+    """
+    if MEMORY_OVERRIDE is not None:
+        return int(MEMORY_OVERRIDE)
+    memory = _physical_memory()
+    limit = _cgroup_limit()
+    return min(memory, limit) if limit is not None and limit > 0 else memory
 
 
 def check_allocation(

@@ -52,8 +52,10 @@ def bernoulli_mask(
 ) -> torch.Tensor:
     """A 0/1 mask with ``P(1) = keep_prob``, drawn from ``generator`` when one is given.
 
-    The draw happens on the generator's device (so a CPU generator also serves a CUDA model) and
-    the mask is then moved to ``device``.
+    The draw happens on the generator's device (so a CPU generator also serves a CUDA model),
+    always in float32, and the mask is then moved to ``device`` and cast to ``dtype``: the same
+    generator gives the same mask for every ``dtype``, so a member of an ensemble stays the same
+    function when the model is converted with ``.double()`` or ``.half()``.
 
     Args:
         shape: shape of the mask.
@@ -66,8 +68,7 @@ def bernoulli_mask(
         Tensor of ``shape`` holding 0.0 and 1.0.
     """
     draw_device = generator.device if generator is not None else device
-    draw_dtype = dtype if dtype in (torch.float32, torch.float64) else torch.float32
-    mask = torch.empty(tuple(shape), device=draw_device, dtype=draw_dtype)
+    mask = torch.empty(tuple(shape), device=draw_device, dtype=torch.float32)
     mask.bernoulli_(keep_prob, generator=generator)
     return mask.to(device=device if device is not None else mask.device, dtype=dtype)
 

@@ -93,7 +93,7 @@ class BayesianConv2d(MeanFieldGaussianLayer):
             nn.init.kaiming_normal_(self.w_mu, mode="fan_in", nonlinearity="relu")
         self._reset_sigmas()
 
-    def _apply(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    def _weight_op(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         return F.conv2d(x, weight, bias, self.stride, self.padding, self.dilation, self.groups)
 
     def extra_repr(self) -> str:

@@ -79,7 +79,7 @@ class BayesianLinear(MeanFieldGaussianLayer):
                 nn.init.kaiming_uniform_(self.w_mu, a=math.sqrt(5))
         self._reset_sigmas()
 
-    def _apply(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    def _weight_op(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         return F.linear(x, weight, bias)
 
     def extra_repr(self) -> str:
