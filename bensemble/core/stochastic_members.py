@@ -189,6 +189,51 @@ class StochasticMembers(MemberAdapter):
             )
             self._functional_dropout = None if "dropout" in self.kinds else False
 
+    # ------------------------------------------------------------------ saved state
+    def get_extra_state(self) -> dict:
+        """The members themselves (per-member seeds), saved in the ``state_dict``.
+
+        Loading a state into a :class:`StochasticMembers` of the same model gives the same
+        ``M`` hypotheses, whatever seed it was built with (plain ints: ``torch.load`` with
+        ``weights_only=True`` reads them).
+        """
+        seeds = None if self._seeds is None else [int(s) for s in self._seeds]
+        return {"seeds": seeds, "num_samples": int(self.num_samples)}
+
+    def set_extra_state(self, state: Any) -> None:
+        fn = "StochasticMembers.load_state_dict"
+        ok = isinstance(state, dict) and isinstance(state.get("num_samples"), int)
+        seeds = state.get("seeds") if ok else None
+        if ok and seeds is not None:
+            ok = (
+                isinstance(seeds, (list, tuple))
+                and len(seeds) == state["num_samples"]
+                and all(isinstance(v, int) and 0 <= v < 2**63 for v in seeds)
+            )
+        if not ok:
+            raise ValueError(
+                f"{fn}: the saved members must be {{'seeds': [int] * num_samples, "
+                f"'num_samples': int}} (got {state!r:.200})"
+            )
+        if state["num_samples"] != self.num_samples:
+            raise ValueError(
+                f"{fn}: the saved state must hold num_samples={self.num_samples} members "
+                f"(got {state['num_samples']})"
+            )
+        self._seeds = None if seeds is None else [int(v) for v in seeds]
+        self._fresh = seeds is None
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
+    ) -> None:
+        """States saved before the members were part of the ``state_dict`` still load."""
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
+        )
+        key = prefix + "_extra_state"
+        if key not in state_dict and key in missing_keys:
+            missing_keys.remove(key)
+
     # ------------------------------------------------------------------ set-up helpers
     def _all_modules(self) -> list[nn.Module]:
         return all_modules(r for r in (self.model, self.trunk, self.head) if r is not None)
