@@ -19,6 +19,7 @@ import torch
 __all__ = [
     "MAX_BIN_SLOTS",
     "MAX_N_BINS",
+    "MIN_MEMBER_BYTES",
     "check_allocation",
     "check_bool",
     "check_count",
@@ -70,6 +71,12 @@ def check_positive_int(value: Any, name: str, fn: str, *, minimum: int = 1) -> i
     return int(value)
 
 
+#: A lower bound of the memory one network, tree or other fitted member holds (an
+#: ``nn.Linear(1, 1)`` takes ~2.4 KiB of Python objects and tensors, a depth-1 scikit-learn tree
+#: ~0.8 KiB): counts of members (``n_members``, ``pool_size``, ``n_estimators``) are checked with
+#: it before any is built.
+MIN_MEMBER_BYTES = 512
+
 #: Tests set this (``monkeypatch.setattr(bensemble._scalar_checks, "MEMORY_OVERRIDE", n)``) to
 #: make :func:`machine_memory_bytes` report ``n`` bytes; ``None`` reads the machine.
 MEMORY_OVERRIDE: int | None = None
@@ -119,11 +126,11 @@ def machine_memory_bytes() -> int:
 
 
 def check_allocation(
-    fn: str, name: str, count: int, *, per_count: int = 1, itemsize: int = 8
+    fn: str, name: str, count: int, *, per_count: int = 1, itemsize: int = 8, others: str = ""
 ) -> int:
     """Refuse a count whose allocation could not fit in this machine's memory.
 
-    The allocation is ``count * per_count`` values of ``itemsize`` bytes each (``per_count`` is
+    The allocation is ``count * per_count`` items of ``itemsize`` bytes each (``per_count`` is
     the product of the other sizes of the array, e.g. ``N * K`` for ``num_samples`` members of
     ``[N, K]`` predictions). It is compared with :func:`machine_memory_bytes` *before* anything
     is allocated.
@@ -132,8 +139,10 @@ def check_allocation(
         fn: Public function (or ``Class.method``) named in the message.
         name: Argument whose value is ``count``.
         count: Non-negative integer the caller has already validated.
-        per_count: Values allocated per unit of ``count`` (``>= 0``).
-        itemsize: Bytes per value (8 for float64/int64, 4 for float32, ...).
+        per_count: Items allocated per unit of ``count`` (``>= 0``).
+        itemsize: Bytes per item (8 for float64/int64, 4 for float32, ...).
+        others: The arguments behind ``per_count``, comma-separated (``"in_features"``), named
+            when even one unit of ``count`` cannot fit.
 
     Returns:
         ``count`` as an ``int``.
@@ -157,15 +166,15 @@ def check_allocation(
         return count
     limit = memory // unit
     if limit < 1:
+        blame = ", ".join(f"`{o.strip()}`" for o in others.split(",")) or "the other sizes"
         raise ValueError(
-            f"{fn}: `{name}` cannot be allocated: one unit of it already needs {unit} bytes "
-            f"({per_count} values of {itemsize} bytes) and this machine has {memory} bytes of "
-            f"memory; reduce the other sizes (got {name}={count})"
+            f"{fn}: {blame} must be smaller: one unit of `{name}` already needs {unit} bytes "
+            f"({per_count} items of {itemsize} bytes) and this machine has {memory} bytes of "
+            f"memory (got {name}={count})"
         )
     raise ValueError(
-        f"{fn}: `{name}` must be <= {limit} so that its {count * int(per_count)} values of "
-        f"{itemsize} bytes fit in this machine's memory ({memory} bytes; {needed} needed) "
-        f"(got {count})"
+        f"{fn}: `{name}` must be <= {limit} to fit in this machine's memory ({memory} bytes; "
+        f"{count} x {per_count} items of {itemsize} bytes need {needed}) (got {count})"
     )
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 from bensemble._scalar_checks import (
     MAX_BIN_SLOTS,
     MAX_N_BINS,
+    MIN_MEMBER_BYTES,
     check_allocation,
     check_bool,
     check_count,
@@ -67,6 +68,7 @@ __all__ = [
     "SUM_TOLERANCE",
     "MAX_N_BINS",
     "MAX_BIN_SLOTS",
+    "MIN_MEMBER_BYTES",
     "to_tensor",
     "as_float_tensor",
     "as_probs",

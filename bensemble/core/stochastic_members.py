@@ -12,7 +12,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from bensemble._validation import check_generator, check_option, check_positive_int
+from bensemble._validation import (
+    check_allocation,
+    check_count,
+    check_generator,
+    check_option,
+    check_positive_int,
+)
 from bensemble.core._adapter import OUTPUT_KINDS, MemberAdapter, check_module
 from bensemble.core._checks import all_modules, check_member_stack, input_rows, member_output
 from bensemble.core._stochastic import (
@@ -36,6 +42,9 @@ STOCHASTIC_MODES = ("auto", "dropout", "dropconnect", "bayesian", "both", "all")
 MASK_MODES = ("per_pass", "per_sample")
 #: How :class:`StochasticMembers` runs its passes.
 STRATEGIES = ("loop", "repeat")
+# Memory one member holds besides its outputs: its seed, its torch.Generator (~5 KB of CPU
+# state) and the saved state that resets it on every call (5,056 bytes).
+_BYTES_PER_MEMBER = 12_000
 # Rows per forward pass when strategy="repeat" picks its own chunk size.
 _REPEAT_MAX_ROWS = 4096
 
@@ -131,7 +140,7 @@ class StochasticMembers(MemberAdapter):
         super().__init__()
         fn = "StochasticMembers"
         self.model = check_module(model, "model", fn)
-        self.num_samples = check_positive_int(num_samples, "num_samples", fn)
+        self.num_samples = check_count(num_samples, "num_samples", fn, itemsize=_BYTES_PER_MEMBER)
         self.mode = check_option(mode, "mode", STOCHASTIC_MODES, fn)
         self.mask = check_option(mask, "mask", MASK_MODES, fn)
         self.generator = check_generator(generator, seed, fn)
@@ -398,6 +407,7 @@ class StochasticMembers(MemberAdapter):
                     outputs.append(member_output(head(h), m, rows, fn))
                     if m == 0:
                         self._after_first_pass(session, native, fn)
+                        _check_stack(outputs[0], self.num_samples, fn)
                 preds = torch.stack(outputs)
             else:
                 preds = self._predict_repeat(session, head, h, gens, native, fn)
@@ -436,6 +446,7 @@ class StochasticMembers(MemberAdapter):
             out = member_output(head(h.repeat(len(part), *([1] * (h.ndim - 1)))), start, None, fn)
             if start == 0:
                 self._after_first_pass(session, native, fn)
+                _check_stack(out[: out.shape[0] // len(part)], self.num_samples, fn)
             outputs.append(out.reshape(len(part), rows, *out.shape[1:]))
         return torch.cat(outputs)
 
@@ -446,3 +457,10 @@ class StochasticMembers(MemberAdapter):
     @property
     def member_modules(self) -> list[nn.Module]:
         return [self.model]
+
+
+def _check_stack(first: torch.Tensor, num_samples: int, fn: str) -> None:
+    """The ``[M, B, *]`` stack of ``num_samples`` outputs like ``first`` must fit in memory."""
+    check_allocation(
+        fn, "num_samples", num_samples, per_count=2 * first.numel(), itemsize=first.element_size()
+    )  # the outputs and their stack

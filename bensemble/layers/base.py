@@ -33,11 +33,12 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bensemble._validation import check_positive
+from bensemble._validation import check_allocation, check_positive, check_probability
 
 __all__ = ["StochasticLayer", "BaseBayesianLayer", "bernoulli_mask"]
 
@@ -67,8 +68,21 @@ def bernoulli_mask(
     Returns:
         Tensor of ``shape`` holding 0.0 and 1.0.
     """
+    fn = "bernoulli_mask"
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        dims = None
+    if dims is None or not all(
+        isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in dims
+    ):
+        raise ValueError(f"{fn}: `shape` must be a sequence of integers >= 0 (got {shape!r})")
+    keep_prob = check_probability(keep_prob, "keep_prob", fn, open_interval=False)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"{fn}: `dtype` must be a floating torch.dtype (got {dtype!r})")
+    check_allocation(fn, "shape", math.prod(dims), itemsize=4 + dtype.itemsize)
     draw_device = generator.device if generator is not None else device
-    mask = torch.empty(tuple(shape), device=draw_device, dtype=torch.float32)
+    mask = torch.empty(dims, device=draw_device, dtype=torch.float32)
     mask.bernoulli_(keep_prob, generator=generator)
     return mask.to(device=device if device is not None else mask.device, dtype=dtype)
 

@@ -79,7 +79,7 @@ class ProbLinear(nn.Module):
         dtype = _check_float_dtype(dtype, fn)
         check_allocation(
             fn, "out_features", self.out_features, per_count=2 * (self.in_features + 1),
-            itemsize=dtype.itemsize,
+            itemsize=dtype.itemsize, others="in_features",
         )  # fmt: skip
         device = torch.device(device) if device is not None else torch.device("cpu")
         shape = (self.out_features, self.in_features + 1)

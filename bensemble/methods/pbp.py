@@ -32,7 +32,9 @@ import torch
 from torch import nn
 
 from bensemble._validation import (
+    MIN_MEMBER_BYTES,
     check_allocation,
+    check_count,
     check_finite,
     check_generator,
     check_positive,
@@ -269,7 +271,8 @@ class PBPEngine:
         """``n_models`` ReLU networks with weights drawn from ``q(w)`` (float32 input accepted)."""
         fn = "PBPEngine.sample_models"
         self._check_fitted(fn)
-        n_models = check_positive_int(n_models, "n_models", fn)
+        per_model = sum(layer.m.numel() for layer in self.model.layers) * self.dtype.itemsize
+        n_models = check_count(n_models, "n_models", fn, itemsize=per_model + MIN_MEMBER_BYTES)
         gen = check_generator(generator, None, fn)
         models = []
         for _ in range(n_models):

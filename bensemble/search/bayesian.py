@@ -31,7 +31,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from bensemble._validation import check_positive, check_positive_int
+from bensemble._validation import check_positive, check_positive_int, machine_memory_bytes
 from bensemble.core.ensemble import Ensemble
 from bensemble.search.searchers import _PoolSearch
 from bensemble.search.selection import CachedCriterion, ValidationSet
@@ -61,7 +61,8 @@ class NESBayesianSampler(_PoolSearch):
             criterion scores each member once and SVGD then uses the expected log posterior
             ``sum_p w_ip log pi_p`` as the log-density.
         generator, seed: source of every random choice (pool sampling when the space accepts a
-            generator, Monte Carlo draws, SVGD initialisation).
+            generator, each member's initialisation and training under a seeded and restored
+            global RNG, Monte Carlo draws, SVGD initialisation).
     """
 
     def __init__(
@@ -90,6 +91,14 @@ class NESBayesianSampler(_PoolSearch):
         )
         self.svgd_steps = check_positive_int(svgd_steps, "svgd_steps", fn)
         self.svgd_lr = check_positive(svgd_lr, "svgd_lr", fn)
+        # SVGD holds [M, M, P] float64 differences (and ~3 temporaries of that size)
+        per_pair, memory = 4 * 8 * self.pool_size, machine_memory_bytes()
+        if self.ensemble_size**2 * per_pair > memory:
+            raise ValueError(
+                f"{fn}: `ensemble_size` must be <= {math.isqrt(memory // per_pair)} for a pool of "
+                f"{self.pool_size} so that SVGD's [M, M, P] particle differences fit in this "
+                f"machine's memory ({memory} bytes) (got {self.ensemble_size})"
+            )
         self.pool_: list[nn.Module] | None = None
         self._loader = None  # the loader the cached predictions came from
 

@@ -14,8 +14,15 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from bensemble._validation import check_generator, check_positive_int
+from bensemble._validation import (
+    MIN_MEMBER_BYTES,
+    check_allocation,
+    check_count,
+    check_generator,
+    check_positive_int,
+)
 from bensemble.core.ensemble import Ensemble
+from bensemble.methods._member_training import forked_rng
 from bensemble.search.selection import (
     CachedCriterion,
     ValidationSet,
@@ -33,7 +40,8 @@ class _PoolSearch:
 
     def _setup(self, fn, space, pool_size, ensemble_size, train_fn, device, criterion, gen, seed):
         self.space = check_space(space, fn)
-        self.pool_size = check_positive_int(pool_size, "pool_size", fn)
+        # at least one network object per pool member before any is built
+        self.pool_size = check_count(pool_size, "pool_size", fn, itemsize=MIN_MEMBER_BYTES)
         self.ensemble_size = check_positive_int(ensemble_size, "ensemble_size", fn)
         if self.ensemble_size > self.pool_size:
             raise ValueError(
@@ -53,6 +61,19 @@ class _PoolSearch:
         self.generator = check_generator(gen, seed, fn)
 
     def _train(self, config: dict) -> nn.Module:
+        """Build and train one pool member.
+
+        With a ``generator`` / ``seed``, the member is built and trained under torch's global
+        RNG seeded from it (and restored afterwards), so initial weights and any randomness of
+        ``train_fn`` (shuffling, dropout) are reproducible: the whole search follows one seed.
+        """
+        if self.generator is None:
+            return self._build_and_train(config)
+        seed = int(torch.randint(0, 2**62, (1,), generator=self.generator))
+        with forked_rng(seed):
+            return self._build_and_train(config)
+
+    def _build_and_train(self, config: dict) -> nn.Module:
         model = self.space.build(config)
         if not isinstance(model, nn.Module):
             raise ValueError(
@@ -67,7 +88,12 @@ class _PoolSearch:
     def _cache(self, data: ValidationSet | None, model: nn.Module) -> torch.Tensor | None:
         if data is None:
             return None
-        return data.predict(model, self.criterion.transform, self.device)
+        preds = data.predict(model, self.criterion.transform, self.device)
+        # the cached [P, N, *] float64 predictions of the whole pool must fit in memory
+        check_allocation(
+            type(self).__name__, "pool_size", self.pool_size, per_count=2 * preds.numel()
+        )
+        return preds
 
     def _select(self, models, preds, data, size, loader) -> list[int]:
         """Indices of ``models`` chosen by forward selection (cached when possible)."""
@@ -99,7 +125,10 @@ class RandomSearcher(_PoolSearch):
             otherwise never moved; validation batches go to each model's device.
         criterion: lower-is-better ``criterion(members, val_loader, device)``; default
             :data:`~bensemble.search.selection.classification_nll_criterion`.
-        generator, seed: random source passed to ``space.sample`` when it accepts one.
+        generator, seed: random source passed to ``space.sample`` when it accepts one; it also
+            seeds torch's global RNG while each member is built and trained (restored
+            afterwards), so one seed reproduces the whole search. ``None`` (default) leaves
+            building and training to torch's global random state.
 
     Attributes (after :meth:`search`): ``pool_``, ``configs_``, ``pool_predictions_`` (each
     member's cached validation predictions) and ``selected_indices_``.

@@ -21,6 +21,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -66,17 +67,40 @@ class ValidationSet:
                 f"{fn}: `val_loader` must be an iterable of (x, y) batches "
                 f"(got {type(val_loader).__name__})"
             ) from None
-        for batch in iterator:
+        for i, batch in enumerate(iterator):
             if not isinstance(batch, (tuple, list)) or len(batch) < 2:
                 raise ValueError(
                     f"{fn}: each batch of `val_loader` must be a pair (x, y) "
                     f"(got {type(batch).__name__})"
                 )
-            batches.append((batch[0], to_tensor(batch[1], "y", fn)))
+            x, y = batch[0], to_tensor(batch[1], "y", fn)
+            if isinstance(x, np.ndarray):
+                x = to_tensor(x, "x", fn)
+            for name, t in (("inputs x", x), ("targets y", y)):
+                if isinstance(t, torch.Tensor) and t.is_floating_point():
+                    if not bool(torch.isfinite(t).all()):
+                        raise ValueError(
+                            f"{fn}: `val_loader` must yield finite {name} (got NaN or infinity "
+                            f"in batch {i})"
+                        )
+            if y.ndim == 0:
+                raise ValueError(
+                    f"{fn}: `val_loader` must yield targets y with one entry per row (got a "
+                    f"scalar in batch {i})"
+                )
+            batches.append((x, y))
         if not batches:
             raise ValueError(f"{fn}: `val_loader` must yield at least one batch (got none)")
+        if sum(len(y) for _, y in batches) == 0:
+            raise ValueError(f"{fn}: `val_loader` must yield at least one sample (got 0 rows)")
         self.batches = batches
-        self.targets = torch.cat([y for _, y in batches])
+        try:
+            self.targets = torch.cat([y for _, y in batches])
+        except RuntimeError as exc:
+            raise ValueError(
+                f"{fn}: `val_loader` must yield targets of one shape and dtype in every batch "
+                f"({str(exc).splitlines()[0]})"
+            ) from None
 
     def predict(self, model: nn.Module, transform: str = "identity", device=None) -> torch.Tensor:
         """Outputs ``[N, *]`` of ``model`` (eval mode, no grad; modes restored) in float64 on CPU.
@@ -177,14 +201,14 @@ classification_nll_criterion = CachedCriterion(
 regression_mse_criterion = CachedCriterion("regression_mse_criterion", "identity", _mse_score)
 
 
-def _pick(scores: torch.Tensor, taken: torch.Tensor, fn: str) -> int:
+def _pick(scores: torch.Tensor, taken: torch.Tensor, fn: str, name: str = "pool") -> int:
     """Index of the lowest score among the untaken candidates; NaN ranks last (with a warning)."""
     scores = scores.clone()
     nan = torch.isnan(scores) & ~taken
     if bool(nan[~taken].all()):
         raise ValueError(
-            f"{fn}: every remaining candidate scored NaN; check the pool members' outputs "
-            "on the validation data"
+            f"{fn}: `{name}` must hold a member with a finite score on the validation data (got "
+            "NaN for every remaining candidate; check the pool members' weights and outputs)"
         )
     if bool(nan.any()):
         warnings.warn(
@@ -229,7 +253,7 @@ def select_on_predictions(
     chosen: list[int] = []
     for step in range(ensemble_size):
         combined = (running[None] + preds) / (step + 1)
-        best = _pick(criterion.score(combined, targets).cpu(), taken, fn)
+        best = _pick(criterion.score(combined, targets).cpu(), taken, fn, "member_preds")
         chosen.append(best)
         taken[best] = True
         running = running + preds[best]

@@ -401,6 +401,14 @@ def _numbers(value: Any) -> list[float]:
         return [x for item in value for x in _numbers(item)]
     if is_dataclass(value):
         return [x for f in fields(value) for x in _numbers(getattr(value, f.name))]
+    if hasattr(value, "savefig"):  # a plot function's Figure: the data of its lines, closed
+        import matplotlib.pyplot as plt
+
+        numbers = [
+            float(x) for ax in value.axes for line in ax.lines for x in line.get_xydata().ravel()
+        ]
+        plt.close(value)
+        return numbers
     raise TypeError(f"cannot compare a {type(value).__name__}")
 
 
