@@ -25,7 +25,13 @@ import math
 import torch
 from torch import nn
 
-from bensemble._validation import check_allocation, check_positive_int, machine_memory_bytes
+from bensemble._validation import (
+    as_float_tensor,
+    check_allocation,
+    check_positive,
+    check_positive_int,
+    machine_memory_bytes,
+)
 from bensemble.utils import standard_normal_cdf, standard_normal_pdf
 
 __all__ = ["PBPNet", "ProbLinear", "backward_moments", "moments_with_grads", "relu_moments"]
@@ -49,11 +55,35 @@ def relu_moments(
     ``al = m / sqrt(v)``; the variance is ``E[b^2] - E^2`` floored at 0. ``v`` is floored at
     ``eps``.
 
+    Args:
+        m: finite means (any shape; a tensor, numpy array or nested list).
+        v: finite variances ``>= 0``, broadcastable with ``m``.
+        eps: floor of ``v`` (``> 0``).
+
     Example:
         >>> mean, var = relu_moments(torch.tensor([0.0]), torch.tensor([1.0]))
         >>> round(float(mean), 4)
         0.3989
     """
+    fn = "relu_moments"
+    m = as_float_tensor(m, "m", fn, dtype=None, allow_empty=True)
+    v = as_float_tensor(v, "v", fn, dtype=None, allow_empty=True)
+    if v.numel() and float(v.min()) < 0.0:
+        raise ValueError(f"{fn}: `v` must be >= 0 (got minimum {float(v.min()):.4g})")
+    try:
+        torch.broadcast_shapes(m.shape, v.shape)
+    except RuntimeError:
+        raise ValueError(
+            f"{fn}: `m` and `v` must have broadcastable shapes (got {tuple(m.shape)} and "
+            f"{tuple(v.shape)})"
+        ) from None
+    return _relu_moments(m, v, check_positive(eps, "eps", fn))
+
+
+def _relu_moments(
+    m: torch.Tensor, v: torch.Tensor, eps: float = VAR_FLOOR
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`relu_moments` without input checks (the moment propagation's inner loop)."""
     v = v.clamp_min(eps)
     sd = v.sqrt()
     al = m / sd
@@ -187,7 +217,7 @@ def moments_with_grads(net: PBPNet, x: torch.Tensor):
         cache.append((zm, zv, ma, va))
         if i == last:
             return (ma, va.clamp_min(VAR_FLOOR)), cache
-        mb, vb = relu_moments(ma, va)
+        mb, vb = _relu_moments(ma, va)
         zm, zv = _augment(mb, 1.0), _augment(vb, 0.0)
     raise AssertionError("unreachable")  # pragma: no cover
 

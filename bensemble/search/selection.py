@@ -25,7 +25,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from bensemble._validation import check_positive_int, to_tensor
+from bensemble._validation import (
+    check_allocation,
+    check_finite,
+    check_option,
+    check_positive_int,
+    to_tensor,
+)
 
 __all__ = [
     "CachedCriterion",
@@ -36,6 +42,8 @@ __all__ = [
     "select_on_predictions",
 ]
 
+#: What :class:`CachedCriterion` averages over members: probabilities or raw outputs.
+TRANSFORMS = ("softmax", "identity")
 #: Probabilities are floored here in the NLL criterion, so one confidently wrong sample does not
 #: make every candidate tie at +inf.
 PROB_FLOOR = 1e-12
@@ -137,8 +145,13 @@ class CachedCriterion:
     """
 
     def __init__(self, name: str, transform: str, score: Callable) -> None:
+        fn = "CachedCriterion"
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{fn}: `name` must be a non-empty string (got {name!r})")
+        self.transform = check_option(transform, "transform", TRANSFORMS, fn)
+        if not callable(score):
+            raise ValueError(f"{fn}: `score` must be callable (got {type(score).__name__})")
         self.name = name
-        self.transform = transform
         self.score = score
         self.__name__ = name
         self.__doc__ = score.__doc__
@@ -232,7 +245,8 @@ def select_on_predictions(
 
     Args:
         member_preds: transformed member predictions ``[P, N, *]`` (probabilities for the NLL
-            criterion, raw outputs for MSE).
+            criterion, raw outputs for MSE); a tensor or numpy array. A member whose predictions
+            hold NaN scores NaN and is ranked last (with a ``RuntimeWarning``).
         targets: ``[N]`` labels or ``[N, *]`` targets, paired with ``member_preds``.
         ensemble_size: members to choose (``<= P``).
         criterion: a :class:`CachedCriterion`.
@@ -241,7 +255,28 @@ def select_on_predictions(
         The chosen pool indices in the order chosen. Ties go to the lower index.
     """
     fn = "select_on_predictions"
+    if not isinstance(criterion, CachedCriterion):
+        raise ValueError(
+            f"{fn}: `criterion` must be a CachedCriterion such as classification_nll_criterion "
+            f"or regression_mse_criterion (got {type(criterion).__name__})"
+        )
+    member_preds = to_tensor(member_preds, "member_preds", fn)
+    if not member_preds.is_floating_point() or member_preds.ndim < 2 or 0 in member_preds.shape:
+        raise ValueError(
+            f"{fn}: `member_preds` must be non-empty floating predictions [P, N, *] (got "
+            f"{member_preds.dtype} of shape {tuple(member_preds.shape)})"
+        )
+    targets = to_tensor(targets, "targets", fn)
+    if targets.is_floating_point():
+        check_finite(targets, "targets", fn)
+    if targets.ndim == 0 or targets.shape[0] != member_preds.shape[1]:
+        raise ValueError(
+            f"{fn}: `targets` must have one entry per prediction, {member_preds.shape[1]} "
+            f"(got shape {tuple(targets.shape)})"
+        )
     n_pool = member_preds.shape[0]
+    # float64 copies: the predictions, the running sum and each step's [P, N, *] candidates
+    check_allocation(fn, "member_preds", member_preds.numel(), per_count=3, itemsize=8)
     ensemble_size = check_positive_int(ensemble_size, "ensemble_size", fn)
     if ensemble_size > n_pool:
         raise ValueError(

@@ -141,7 +141,7 @@ def _searcher(cls: type, **kw: Any) -> EstimatorCase:
         lambda: cls(_Space(), pool_size=4, ensemble_size=2, train_fn=lambda m: None, seed=0, **kw),
         lambda est, bad: est.search(_val_loader(bad)),
         lambda est: torch.tensor(est.selected_indices_),
-        step="search",
+        step=None,  # no prediction method: search() returns the Ensemble
         returns="the selected Ensemble (bensemble 0.2's search API)",
     )
 
@@ -161,7 +161,8 @@ def _nes_sampler() -> EstimatorCase:
 def _conformal() -> EstimatorCase:
     return EstimatorCase(
         "SplitConformalClassifier",
-        lambda: conf.SplitConformalClassifier("aps", alpha=0.2),
+        # randomized sets draw from the generator on every predict_set: deterministic sets here
+        lambda: conf.SplitConformalClassifier("aps", alpha=0.2, randomized=False),
         lambda est, bad: est.calibrate(*_probs(bad)),
         lambda est: est.predict_set(_probs()[0][:5]),
         step="calibrate",

@@ -81,6 +81,19 @@ def public_names() -> tuple[PublicName, ...]:
     return tuple(found.values())
 
 
+@cache
+def exported_names() -> frozenset[str]:
+    """Every name in any public ``__all__`` (aliases of one object included)."""
+    names: set[str] = set()
+    for package in PACKAGES:
+        try:
+            names |= set(getattr(importlib.import_module(package), "__all__", ()))
+        except ImportError:
+            if package not in OPTIONAL:
+                raise
+    return frozenset(names)
+
+
 def public_functions() -> dict[str, Any]:
     """``{name: function}`` of every public plain function."""
     return {p.name: p.obj for p in public_names() if p.kind == "function"}
