@@ -104,23 +104,27 @@ class NESBayesianSampler(_PoolSearch):
 
     # ------------------------------------------------------------------ the pool
     def build_pool(self, val_loader) -> NESBayesianSampler:
-        """Train the pool (first call only) and cache predictions and scores on ``val_loader``."""
+        """Train the pool (first call only) and cache predictions and scores on ``val_loader``.
+
+        The validation data are read and checked first, so bad data costs no training; the
+        pool is kept only once every member is trained (a failure leaves nothing half-built).
+        """
         fn = "NESBayesianSampler.build_pool"
+        if self._loader is val_loader and self.pool_ is not None:
+            return self
+        data = ValidationSet(val_loader, fn)
         if self.pool_ is None:
-            self.pool_, self.configs_ = [], []
+            pool, configs = [], []
             for _ in range(self.pool_size):
                 config = sample_config(self.space, self.generator)
-                self.pool_.append(self._train(config))
-                self.configs_.append(config)
-        if self._loader is val_loader:
-            return self
+                pool.append(self._train(config))
+                configs.append(config)
+            self.pool_, self.configs_ = pool, configs
         if isinstance(self.criterion, CachedCriterion):
-            data = ValidationSet(val_loader, fn)
             preds = torch.stack([self._cache(data, m) for m in self.pool_])
             self.pool_predictions_, self.targets_ = preds, data.targets
             scores = self.criterion.score(preds, data.targets)
         else:
-            data = ValidationSet(val_loader, fn)
             self.pool_predictions_, self.targets_ = None, data.targets
             scores = torch.tensor(
                 [float(self.criterion([m], data.batches, self.device)) for m in self.pool_],

@@ -8,8 +8,9 @@ right after it is trained, and every selection works on those cached predictions
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -33,6 +34,10 @@ from bensemble.search.selection import (
 from bensemble.search.space import SearchSpace, check_space, mutate_config, sample_config
 
 __all__ = ["EvolutionarySearcher", "RandomSearcher"]
+
+# What a search sets; a failed search restores the previous values.
+_RESULTS = ("pool_", "configs_", "pool_predictions_", "selected_indices_")
+_MISSING = object()
 
 
 class _PoolSearch:
@@ -85,8 +90,23 @@ class _PoolSearch:
         self.train_fn(model)
         return model
 
+    @contextlib.contextmanager
+    def _keeping_the_previous_search(self) -> Iterator[None]:
+        """A search that raises (bad data, a failing ``train_fn``) leaves the results of the
+        previous search in place, not a half-built pool."""
+        saved = {key: self.__dict__.get(key, _MISSING) for key in _RESULTS}
+        try:
+            yield
+        except BaseException:
+            for key, value in saved.items():
+                if value is _MISSING:
+                    self.__dict__.pop(key, None)
+                else:
+                    self.__dict__[key] = value
+            raise
+
     def _cache(self, data: ValidationSet | None, model: nn.Module) -> torch.Tensor | None:
-        if data is None:
+        if data is None or not isinstance(self.criterion, CachedCriterion):
             return None
         preds = data.predict(model, self.criterion.transform, self.device)
         # the cached [P, N, *] float64 predictions of the whole pool must fit in memory
@@ -95,21 +115,20 @@ class _PoolSearch:
         )
         return preds
 
-    def _select(self, models, preds, data, size, loader) -> list[int]:
+    def _select(self, models, preds, data: ValidationSet, size: int) -> list[int]:
         """Indices of ``models`` chosen by forward selection (cached when possible)."""
         if isinstance(self.criterion, CachedCriterion):
             return select_on_predictions(torch.stack(preds), data.targets, size, self.criterion)
-        chosen = forward_select(models, loader, size, self.device, self.criterion)
+        chosen = forward_select(models, data, size, self.device, self.criterion)
         ids = {id(m): i for i, m in enumerate(models)}
         return [ids[id(m)] for m in chosen]
 
-    def _finish(self, val_loader, val_loader_shift, data) -> Ensemble:
-        loader = val_loader if val_loader_shift is None else val_loader_shift
+    def _finish(self, val_loader_shift, data: ValidationSet) -> Ensemble:
         preds = self.pool_predictions_
-        if val_loader_shift is not None and isinstance(self.criterion, CachedCriterion):
+        if val_loader_shift is not None:
             data = ValidationSet(val_loader_shift, type(self).__name__ + ".search")
             preds = [self._cache(data, m) for m in self.pool_]
-        self.selected_indices_ = self._select(self.pool_, preds, data, self.ensemble_size, loader)
+        self.selected_indices_ = self._select(self.pool_, preds, data, self.ensemble_size)
         return Ensemble.from_models([self.pool_[i] for i in self.selected_indices_])
 
 
@@ -157,16 +176,16 @@ class RandomSearcher(_PoolSearch):
         ``val_loader_shift``, when given, replaces ``val_loader`` for the final selection
         (selection under dataset shift).
         """
-        cached = isinstance(self.criterion, CachedCriterion)
-        data = ValidationSet(val_loader, "RandomSearcher.search") if cached else None
-        self.pool_, self.configs_, self.pool_predictions_ = [], [], []
-        for _ in range(self.pool_size):
-            config = sample_config(self.space, self.generator)
-            model = self._train(config)
-            self.pool_.append(model)
-            self.configs_.append(config)
-            self.pool_predictions_.append(self._cache(data, model))
-        return self._finish(val_loader, val_loader_shift, data)
+        with self._keeping_the_previous_search():
+            data = ValidationSet(val_loader, "RandomSearcher.search")  # checked before training
+            self.pool_, self.configs_, self.pool_predictions_ = [], [], []
+            for _ in range(self.pool_size):
+                config = sample_config(self.space, self.generator)
+                model = self._train(config)
+                self.pool_.append(model)
+                self.configs_.append(config)
+                self.pool_predictions_.append(self._cache(data, model))
+            return self._finish(val_loader_shift, data)
 
 
 class EvolutionarySearcher(_PoolSearch):
@@ -214,31 +233,34 @@ class EvolutionarySearcher(_PoolSearch):
 
     def search(self, val_loader, val_loader_shift=None) -> Ensemble:
         """Evolve the pool and return the selected :class:`~bensemble.core.Ensemble`."""
-        cached = isinstance(self.criterion, CachedCriterion)
-        data = ValidationSet(val_loader, "EvolutionarySearcher.search") if cached else None
-        self.pool_, self.configs_, self.pool_predictions_ = [], [], []
+        with self._keeping_the_previous_search():
+            data = ValidationSet(
+                val_loader, "EvolutionarySearcher.search"
+            )  # checked before training
+            self.pool_, self.configs_, self.pool_predictions_ = [], [], []
 
-        def add(config: dict) -> int:
-            model = self._train(config)
-            self.pool_.append(model)
-            self.configs_.append(config)
-            self.pool_predictions_.append(self._cache(data, model))
-            return len(self.pool_) - 1
+            def add(config: dict) -> int:
+                model = self._train(config)
+                self.pool_.append(model)
+                self.configs_.append(config)
+                self.pool_predictions_.append(self._cache(data, model))
+                return len(self.pool_) - 1
 
-        population: deque[int] = deque(
-            add(sample_config(self.space, self.generator)) for _ in range(self.population_size)
-        )
-        while len(self.pool_) < self.pool_size:
-            members = list(population)
-            picks = self._select(
-                [self.pool_[i] for i in members],
-                [self.pool_predictions_[i] for i in members],
-                data,
-                self.num_parent_candidates,
-                val_loader,
+            population: deque[int] = deque(
+                add(sample_config(self.space, self.generator)) for _ in range(self.population_size)
             )
-            draw = int(torch.randint(len(picks), (1,), generator=self.generator))
-            parent = members[picks[draw]]
-            population.append(add(mutate_config(self.space, self.configs_[parent], self.generator)))
-            population.popleft()
-        return self._finish(val_loader, val_loader_shift, data)
+            while len(self.pool_) < self.pool_size:
+                members = list(population)
+                picks = self._select(
+                    [self.pool_[i] for i in members],
+                    [self.pool_predictions_[i] for i in members],
+                    data,
+                    self.num_parent_candidates,
+                )
+                draw = int(torch.randint(len(picks), (1,), generator=self.generator))
+                parent = members[picks[draw]]
+                population.append(
+                    add(mutate_config(self.space, self.configs_[parent], self.generator))
+                )
+                population.popleft()
+            return self._finish(val_loader_shift, data)
