@@ -12,15 +12,18 @@ Files readers and meter constructors have their own tests (test_io.py, battery_m
 
 from __future__ import annotations
 
-import contextlib
 import re
-import signal
-import threading
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sweep_cases import _time_limit  # noqa: E402
 
 import bensemble._scalar_checks as scalar_checks
 from bensemble import Ensemble
@@ -33,27 +36,6 @@ MEMORY = 2**30
 @pytest.fixture(autouse=True)
 def _one_gib(monkeypatch) -> None:
     monkeypatch.setattr(scalar_checks, "MEMORY_OVERRIDE", MEMORY)
-
-
-@contextlib.contextmanager
-def _time_limit(seconds: float):
-    if (
-        not hasattr(signal, "setitimer")
-        or threading.current_thread() is not threading.main_thread()
-    ):
-        yield
-        return
-
-    def _raise(signum, frame):
-        raise TimeoutError(f"no answer within {seconds:g} s: the count was not checked first")
-
-    previous = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _dropout_net() -> nn.Module:

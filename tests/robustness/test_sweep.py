@@ -26,13 +26,10 @@ Run: ``python -m pytest -q -p no:cacheprovider tests/robustness/test_sweep.py``
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import math
 import re
-import signal
 import sys
-import threading
 import warnings
 from dataclasses import fields, is_dataclass
 from pathlib import Path
@@ -57,8 +54,10 @@ from sweep_cases import (  # noqa: E402
     KINDS,
     Case,
     _extreme,
+    _Hang,
     _is_float,
     _make,
+    _time_limit,
     _to_container,
 )
 from sweep_registry import (  # noqa: E402
@@ -263,32 +262,6 @@ def _check_error(entry: Entry, case: Case, err: ValueError) -> None:
     assert cited & _arguments(entry), (
         f"ValueError does not name an argument ({sorted(_arguments(entry))}): {message!r}"
     )
-
-
-class _Hang(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def _time_limit(seconds: float):
-    """Turn a hang into a failure (SIGALRM; a no-op where signals are unavailable)."""
-    if (
-        not hasattr(signal, "setitimer")
-        or threading.current_thread() is not threading.main_thread()
-    ):
-        yield
-        return
-
-    def _raise(signum, frame):
-        raise _Hang(f"did not return within {seconds:g} s")
-
-    previous = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _propagated(entry: Entry, args: dict[str, Any], value: Any) -> bool:
