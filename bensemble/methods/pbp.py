@@ -196,18 +196,17 @@ class PBPEngine:
             fn, "update_size", min(update_size, x_all.shape[0]), per_count=per_point,
             itemsize=self.dtype.itemsize,
         )  # fmt: skip
-        history: dict[str, list[float]] = {"train_rmse": [], "train_nlpd": []}
+        # the validation data are read (and checked) once, before q changes
+        splits = {"train": (x_all, y_all)}
         if val_loader is not None:
-            history["val_rmse"], history["val_nlpd"] = [], []
+            splits["val"] = self._collect(val_loader, fn)
+        history: dict[str, list[float]] = {f"{s}_{m}": [] for s in splits for m in ("rmse", "nlpd")}
         for _ in range(num_epochs):
             order = torch.randperm(x_all.shape[0], generator=gen).to(self.device)
             for idx in order.split(update_size):
                 self._update(x_all[idx], y_all[idx])
             self.is_fitted = True
-            for prefix, data in (("train", (x_all, y_all)), ("val", val_loader)):
-                if data is None:
-                    continue
-                x, y = data if prefix == "train" else self._collect(data, fn)
+            for prefix, (x, y) in splits.items():
                 rmse, nlpd = self._evaluate(x, y)
                 history[f"{prefix}_rmse"].append(rmse)
                 history[f"{prefix}_nlpd"].append(nlpd)
@@ -333,6 +332,11 @@ class PBPEngine:
             x_b, y_b = self._as_input(batch[0], fn), to_tensor(batch[1], "y", fn)
             if not (y_b.is_floating_point() or y_b.dtype in _INTEGER_DTYPES):
                 raise ValueError(f"{fn}: `y` must be real-valued targets (got dtype {y_b.dtype})")
+            if x_b.ndim not in (1, 2) or y_b.ndim not in (1, 2):
+                raise ValueError(
+                    f"{fn}: `x` must be [B, D] and `y` [B] or [B, K] in every batch (got shapes "
+                    f"{tuple(x_b.shape)} and {tuple(y_b.shape)})"
+                )
             xs.append(x_b[:, None] if x_b.ndim == 1 else x_b)
             ys.append(check_finite(y_b.to(self.device, self.dtype), "y", fn))
         if not xs:

@@ -280,3 +280,14 @@ def test_an_engine_takes_its_dtype_from_the_model_and_samples_follow_conversions
     member = pbp.sample_models(1, generator=torch.Generator().manual_seed(0))[0]
     out32 = member(_xy()[0])
     torch.testing.assert_close(member.double()(_xy()[0]).float(), out32, rtol=1e-5, atol=1e-6)
+
+
+def test_bad_validation_data_is_refused_before_q_changes() -> None:
+    pbp = PBPEngine(layer_sizes=[2, 4, 1])
+    before = [layer.m.clone() for layer in pbp.model.layers]
+    with pytest.raises(ValueError, match="`y` must be finite"):
+        pbp.fit([_xy()], val_loader=[(_xy()[0], _with_nan(_xy()[1]))], num_epochs=2)
+    assert all(torch.equal(a, layer.m) for a, layer in zip(before, pbp.model.layers))
+    assert not pbp.is_fitted
+    with pytest.raises(ValueError, match="`x` must be \\[B, D\\]"):
+        pbp.fit([(torch.tensor(1.0), torch.tensor(2.0))], num_epochs=1)
