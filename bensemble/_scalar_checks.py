@@ -7,6 +7,7 @@ live in :mod:`bensemble._validation`, which re-exports everything here.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import warnings
@@ -84,6 +85,7 @@ MEMORY_OVERRIDE: int | None = None
 _CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 
 
+@functools.cache
 def _physical_memory() -> int:
     try:
         return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
@@ -99,6 +101,7 @@ def _physical_memory() -> int:
     return 2**40  # pragma: no cover
 
 
+@functools.cache
 def _cgroup_limit() -> int | None:
     for path in _CGROUP_LIMITS:
         try:
@@ -116,7 +119,7 @@ def machine_memory_bytes() -> int:
     1 TiB), lowered to the container's cgroup memory limit when one is set. Total rather than
     currently *available* memory, so that a check gives the same answer on a busy and on a quiet
     machine: a request refused here could never succeed (one accepted may still fail if other
-    processes hold the memory).
+    processes hold the memory). Read once per process (checks sit in hot loops).
     """
     if MEMORY_OVERRIDE is not None:
         return int(MEMORY_OVERRIDE)

@@ -81,8 +81,21 @@ def bernoulli_mask(
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"{fn}: `dtype` must be a floating torch.dtype (got {dtype!r})")
     check_allocation(fn, "shape", math.prod(dims), itemsize=4 + dtype.itemsize)
+    return draw_mask(dims, keep_prob, device=device, dtype=dtype, generator=generator)
+
+
+def draw_mask(
+    shape: tuple[int, ...] | torch.Size,
+    keep_prob: float,
+    *,
+    device: torch.device | str | None,
+    dtype: torch.dtype,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """:func:`bernoulli_mask` without its argument checks, for the layers' inner loops (their
+    shapes come from tensors that exist, their probabilities were checked at construction)."""
     draw_device = generator.device if generator is not None else device
-    mask = torch.empty(dims, device=draw_device, dtype=torch.float32)
+    mask = torch.empty(shape, device=draw_device, dtype=torch.float32)
     mask.bernoulli_(keep_prob, generator=generator)
     return mask.to(device=device if device is not None else mask.device, dtype=dtype)
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bensemble._validation import check_allocation, check_positive_int
-from bensemble.layers.base import StochasticLayer, bernoulli_mask
+from bensemble.layers.base import StochasticLayer, draw_mask
 
 __all__ = ["DropConnectLinear"]
 
@@ -103,9 +103,7 @@ class DropConnectLinear(StochasticLayer):
 
     def _mask(self, generator: torch.Generator | None) -> torch.Tensor:
         w = self.weight
-        return bernoulli_mask(
-            w.shape, 1.0 - self.p, device=w.device, dtype=w.dtype, generator=generator
-        )
+        return draw_mask(w.shape, 1.0 - self.p, device=w.device, dtype=w.dtype, generator=generator)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.sampling or self.p == 0.0:
