@@ -128,6 +128,17 @@ def _laplace_sample(seed: int) -> nn.Module:
     return laplace.sample_models(1)[0]
 
 
+def _last_layer_sample(seed: int) -> nn.Module:
+    from bensemble.methods import LastLayerLaplace
+
+    torch.manual_seed(seed)
+    net = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 3))
+    g = torch.Generator().manual_seed(seed)
+    x, y = torch.randn(24, 4, generator=g), torch.randint(0, 3, (24,), generator=g)
+    laplace = LastLayerLaplace(net, prior_precision=1.0).fit((x, y))
+    return laplace.sample_models(1, generator=g)[0]
+
+
 class _TinySpace(SearchSpace):
     def sample(self, generator=None) -> dict:
         return {"hidden": 6}
@@ -272,6 +283,7 @@ MODULE_CASES: list[ModuleCase] = [
     ModuleCase("ProbLinear", _seeded(lambda: ProbLinear(4, 3)), tuple, _prob_linear_moments),
     ModuleCase("PBPEngine.sample_models()", _pbp_sample, _x(5, 4)),
     ModuleCase("LaplaceApproximation.sample_models()", _laplace_sample, _x(5, 4)),
+    ModuleCase("LastLayerLaplace.sample_models()", _last_layer_sample, _x(5, 4)),
     ModuleCase("make_mlp()", _seeded(lambda: _mlp(dropout=0.2, dropconnect_p=0.2)), _x(5, 4)),
     # losses
     ModuleCase(
