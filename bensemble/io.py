@@ -74,7 +74,13 @@ def split_key(path: str | os.PathLike) -> tuple[Path, str | None]:
     Only a suffix after ``.npz``/``.pt``/``.pth`` counts as a key, so ``C:\\data\\p.npy`` and
     other paths containing a colon are left alone.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(
+            f"split_key: `path` must be a str or os.PathLike (got {type(path).__name__})"
+        )
     text = os.fspath(path)
+    if not isinstance(text, str):
+        raise ValueError(f"split_key: `path` must name a file as text (got {type(text).__name__})")
     head, sep, key = text.rpartition(":")
     if sep and key and head.lower().endswith(_KEYED) and not os.path.exists(text):
         return Path(head), key

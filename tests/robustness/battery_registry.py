@@ -11,8 +11,7 @@ its file):
 * ``results``    - result dataclasses, and ``displays`` - plot displays and plot functions
   (test_battery_results.py);
 * ``calls``      - every other function and helper class (battery_calls.CALL_CASES);
-* ``meters``     - streaming meters and torchmetrics classes (battery_meters.METER_NAMES, on
-  branch wt-meters; :data:`_PENDING_METERS` until it lands);
+* ``meters``     - streaming meters and torchmetrics classes (battery_meters.METER_NAMES);
 * ``declared``   - constants, protocols, exceptions and abstract bases, each with the reason it
   needs no battery (:data:`DECLARED`).
 
@@ -27,23 +26,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from public_api import exported_names, public_names  # noqa: E402
-
-#: Meters the meter battery will cover once branch wt-meters lands tests/robustness/
-#: battery_meters.py (METER_NAMES); the lead deletes this list at that merge.
-_PENDING_METERS = (
-    "AccuracyMeter",
-    "BrierMeter",
-    "CalibrationErrorMeter",
-    "ClasswiseCalibrationErrorMeter",
-    "EECEMeter",
-    "NLLMeter",
-    "UncertaintyMeter",
-    "ExpectedCalibrationError",
-    "ClasswiseCalibrationError",
-    "NegativeLogLikelihood",
-    "BrierScore",
-    "ExpectedEpistemicCalibrationError",
-)
 
 _PROTOCOL = "a typing Protocol / alias: structure only; its implementers have batteries"
 #: name -> why it is in no behavioural battery.
@@ -71,10 +53,8 @@ DECLARED: dict[str, str] = {
 
 
 def _meter_names() -> tuple[str, ...]:
-    try:
-        from battery_meters import METER_NAMES
-    except ImportError:  # branch wt-meters not merged yet
-        return _PENDING_METERS
+    from battery_meters import METER_NAMES
+
     return tuple(METER_NAMES)
 
 

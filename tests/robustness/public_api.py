@@ -14,30 +14,37 @@ from typing import Any
 
 from torch import nn
 
-#: Every sub-package whose ``__all__`` is public API (optional extras are skipped when absent).
-PACKAGES = (
-    "bensemble",
-    "bensemble.core",
-    "bensemble.layers",
-    "bensemble.methods",
-    "bensemble.metrics",
-    "bensemble.calibration",
-    "bensemble.uncertainty",
-    "bensemble.conformal",
-    "bensemble.regression",
-    "bensemble.plots",
-    "bensemble.datasets",
-    "bensemble.integrations",
-    "bensemble.integrations.torchmetrics",
-    "bensemble.diversity",
-    "bensemble.search",
-    "bensemble.io",
-    "bensemble.losses",
-    "bensemble.utils",
-    "bensemble.reporting",
-)
+#: Parts of the tree that are applications, not an importable API (their names are tested by
+#: the CLI and report tests).
+APPLICATIONS = ("bensemble.app", "bensemble.experiments", "bensemble.cli")
+#: Public modules inside a package that the package does not re-export (an optional extra).
+EXTRA_MODULES = ("bensemble.integrations.torchmetrics",)
 #: Packages that need an optional extra; they may be missing.
-OPTIONAL = {"bensemble.integrations.torchmetrics", "bensemble.regression"}
+OPTIONAL = {"bensemble.integrations.torchmetrics"}
+
+
+def _discovered() -> tuple[str, ...]:
+    """``bensemble``, every public sub-package at any depth (``bensemble.metrics.intervals``
+    included), the top-level public modules (``bensemble.io``, ``losses``, ``utils``) and
+    :data:`EXTRA_MODULES`: walked, not listed, so a new package is covered the day it appears."""
+    import pkgutil
+
+    import bensemble
+
+    found = ["bensemble"]
+    for info in pkgutil.walk_packages(bensemble.__path__, "bensemble."):
+        parts = info.name.split(".")
+        if any(part.startswith("_") for part in parts[1:]):
+            continue
+        if info.name.startswith(APPLICATIONS):
+            continue
+        if info.ispkg or len(parts) == 2:
+            found.append(info.name)
+    return tuple(found) + EXTRA_MODULES
+
+
+#: Every sub-package whose ``__all__`` is public API, in walk order.
+PACKAGES = _discovered()
 
 
 @dataclass(frozen=True)

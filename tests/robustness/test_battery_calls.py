@@ -18,9 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from battery_calls import CALL_CASES, CallCase  # noqa: E402
 
 #: "<name>::<argument>" -> reason (strict xfail; remove the line when the fix lands).
-KNOWN_DEFECTS: dict[str, str] = {
-    "split_key::path": "io.split_key(5) raises os.fspath's TypeError (io.py, readers' work)",
-}
+KNOWN_DEFECTS: dict[str, str] = {}
 
 
 def _bad_params() -> list:

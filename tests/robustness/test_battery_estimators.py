@@ -22,12 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from battery_estimators import ESTIMATOR_CASES, EstimatorCase  # noqa: E402
 
 #: "<case>::<check>" -> reason; strict xfail (remove the line when the fix lands).
-KNOWN_DEFECTS: dict[str, str] = {
-    "LaplaceApproximation::bad_input": (
-        "compute_curvature on NaN inputs ends in torch.linalg's LinAlgError "
-        "(methods/_kronecker.py, the Laplace engineer's work in flight)"
-    ),
-}
+KNOWN_DEFECTS: dict[str, str] = {}
 
 
 def _params(check: str) -> list:
