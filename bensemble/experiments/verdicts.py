@@ -133,7 +133,7 @@ class PaperValue:
             raise ValueError(f"PaperValue.mean_of: `printed` must hold numbers (got {printed!r})")
         mean = math.fsum(v.value for v in values) / len(values)
         half = max((v.high - v.low) / 2 for v in values)
-        return cls(mean, mean - half, mean + half, f"{mean:.4g} ({label} of {len(values)})")
+        return cls(mean, mean - half, mean + half, f"{mean:.3f} ({label} of {len(values)})")
 
 
 @dataclass(frozen=True)
@@ -225,10 +225,13 @@ def compare_values(values: Sequence[float | None], paper: Any, **kwargs: Any) ->
     return compare(mean, sd, n, paper, **kwargs)
 
 
-def finding_verdict(outcomes: Sequence[bool], *, quick: bool = False) -> Verdict:
-    """The verdict on an ordering or trend from whether it held in each repeat."""
+def finding_verdict(outcomes: Sequence[bool], *, quick: bool = False, detail: str = "") -> Verdict:
+    """The verdict on an ordering or trend from whether it held in each repeat.
+
+    ``detail`` (e.g. the means the ordering compares) is appended to ``ours``.
+    """
     n, k = len(outcomes), sum(bool(o) for o in outcomes)
-    ours = f"holds in {k} of {n} repeats"
+    ours = f"holds in {k} of {n} repeats" + (f"; {detail}" if detail else "")
     if quick:
         return Verdict(NOT_COMPARABLE, ours, "", "--quick run (tiny settings)")
     if n < 2:
