@@ -59,7 +59,7 @@ def _per_task(records, config) -> list[dict[str, Any]]:
         if not c.dataset.paper_rows:
             return {}
         k = row_of[row["task"]]
-        return {f"paper {m}": table.value(m, k, row["method"]) for m in VALUES}
+        return {f"paper {m}": float(table.value(m, k, row["method"])) for m in VALUES}
 
     return by(["task", "method"], VALUES, where=_main(config), paper=paper)(records, config)
 
@@ -143,5 +143,6 @@ def figures(report, built: dict, config, first) -> None:
     fig = plot_eece_vs_ece(
         built[f"{name}_per_task"], title=f"{name}: mean EECE vs mean ECE (fig. 4(a))"
     )
+    fig.get_layout_engine().set(rect=(0, 0.05, 1, 0.95))
     fig.text(0.01, 0.005, caption, fontsize=7, color="dimgray", va="bottom")
     report.add_figure(f"{name}_fig4a", fig)

@@ -114,7 +114,7 @@ def _configure(dataset: VisionDataset) -> Callable[[RunOptions], OneVsAllConfig]
             tuple((k, dataset.class_names[k]) for k in classes),
             QUICK["n_bins"] if quick else EECE_BINS, zoo_settings(quick),
             QUICK["ae_epochs"] if quick else dataset.ae_epochs, features,
-            n_train or None, QUICK["n_test"] if quick else extra.get("n_test"), extra,
+            n_train or None, extra.get("n_test") or (QUICK["n_test"] if quick else None), extra,
         )  # fmt: skip
 
     return configure
@@ -203,8 +203,9 @@ def one_vs_all_spec(dataset: VisionDataset, description: str) -> ExperimentSpec:
                 if c.features == "ae"
                 else "the raw pixels"
             )
-            + f"; classifiers on {c.n_train or 'all'} training points; {len(c.tasks)} one-vs-all "
-            f"tasks x 9 methods; EECE with {c.n_bins} K-means bins"
+            + f"; classifiers on {c.n_train or 'all'} training points, scored on "
+            f"{c.n_test or 'all'} test images; {len(c.tasks)} one-vs-all tasks x 9 methods; "
+            f"EECE with {c.n_bins} K-means bins"
         ),  # fmt: skip
         conditions=_conditions,
         prepare=_prepare,

@@ -4,8 +4,8 @@ The figure exists to compare a method's reported ``EU(x)`` with its members' act
 error ``E_h[(eta(x) - h(x))^2]``, so panels can be **grouped**: every panel of a group shares one
 colour scale (``vmin``/``vmax`` over the group) and one colour bar, and a difference in colour is
 a difference in value; the scale starts at 0 (both quantities are non-negative), so a pale
-panel is a small value, not the smallest of its group. :func:`toy_map_pairs` builds the usual panels and groups for several
-methods, with mathtext titles.
+panel is a small value, not the smallest of its group. :func:`toy_map_pairs` builds the usual
+panels and groups for several methods, with mathtext titles.
 """
 
 from __future__ import annotations
