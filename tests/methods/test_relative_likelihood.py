@@ -339,20 +339,26 @@ def test_rescale_option_is_validated():
 
 
 def test_likelihood_variant_table_on_a_small_task():
-    from bensemble.experiments.digits import paper_mean
+    from bensemble.experiments.illustrative import Convention
     from bensemble.experiments.likelihood_variants import (
+        VARIANTS,
         likelihood_variant_records,
         likelihood_variant_table,
     )
 
     train, test = make_toy_gaussians(40, seed=0), make_toy_gaussians(30, seed=1)
-    records = likelihood_variant_records(
-        train.x, train.y, test.x, test.y, [(1, "pos")], seed=0, n_bins=3, n_members=5
-    )
-    assert len(records) == 6
-    rows = likelihood_variant_table(records, paper_mean("eece", "Likelihood"))
-    assert [(r["supports"], r["eu"]) for r in rows] == [
-        (s, e) for s in ("count", "distance") for e in ("min", "paper", "crossing")
-    ]
-    assert all(r["paper EECE"] == pytest.approx(0.14, abs=0.005) for r in rows)
+    records = []
+    for task in ((1, "pos"), (0, "neg")):
+        records += likelihood_variant_records(
+            (train.x, train.y), (test.x, test.y), task, convention=Convention(), seed=0,
+            n_bins=3, n_members=5,
+        )  # fmt: skip
+    assert len(records) == 2 * len(VARIANTS)
+    rows = likelihood_variant_table(records, quick=False, reading_in_use="rescaled-distance")
+    assert [r["reading"] for r in rows] == list(VARIANTS)
+    assert [r["in tables"] for r in rows].count("yes") == 1
+    assert all(r["paper EECE (MNIST)"] == "0.14" for r in rows)
     assert all(0.0 <= r["mean EU"] <= 1.0 for r in rows)
+    author = next(r for r in rows if r["reading"] == "author-code")
+    assert author["mean EU"] >= 0.5  # the argmax reading
+    assert {r["vs 0.14"] for r in rows} <= {"holds", "differs"}
