@@ -166,17 +166,17 @@ def _optimizer(settings: ZooSettings):
     return lambda params: torch.optim.Adam(params, lr=settings.lr)
 
 
+def _training(settings: ZooSettings, n: int, seed: int, log: LossLog | None) -> dict[str, Any]:
+    """The keyword arguments every network of the zoo is trained with."""
+    return {
+        "epochs": settings.epochs, "batch_size": _batch_size(settings, n),
+        "optimizer": _optimizer(settings), "loss_fn": log, "seed": seed,
+        "progress": settings.progress,
+    }  # fmt: skip
+
+
 def _train_net(model, x, y, settings: ZooSettings, seed: int, log: LossLog | None = None):
-    return train_model(
-        model,
-        (x, y),
-        epochs=settings.epochs,
-        batch_size=_batch_size(settings, x.shape[0]),
-        optimizer=_optimizer(settings),
-        loss_fn=log,
-        seed=seed,
-        progress=settings.progress,
-    )
+    return train_model(model, (x, y), **_training(settings, x.shape[0], seed, log))
 
 
 #: The paper's EK-NN neighbourhood (appendix B.1.1).
@@ -268,12 +268,7 @@ def member_probs(
             lambda: make_mlp(n_features, n_classes, settings.hidden),
             (x_tr, y_tr),
             n_members=settings.n_members,
-            epochs=settings.epochs,
-            batch_size=_batch_size(settings, x_tr.shape[0]),
-            optimizer=_optimizer(settings),
-            loss_fn=log,
-            seed=seed,
-            progress=settings.progress,
+            **_training(settings, x_tr.shape[0], seed, log),
         )
         with torch.no_grad():
             out = Ensemble.from_models(members).predict_member_probs(x_ev)
