@@ -86,13 +86,15 @@ def _means(units: Sequence[Mapping[str, float]], methods: Sequence[str]) -> dict
     return {m: mean_sd(u[m] for u in units)[0] for m in methods}
 
 
-def _ordering_rows(units: Sequence[Mapping[str, float]], quick: bool, rows) -> list[dict]:
+def _ordering_rows(
+    units: Sequence[Mapping[str, float]], quick: bool, rows, unit: str = "repeats"
+) -> list[dict]:
     """One verdict row per ``(name, quantity, paper, test, detail)`` of ``rows``."""
     out = []
     for name, quantity, paper, test, detail in rows:
         outcomes = [test(u) for u in units]
-        out.append(verdict_row(name, quantity, paper,
-                               finding_verdict(outcomes, quick=quick, detail=detail)))  # fmt: skip
+        verdict = finding_verdict(outcomes, quick=quick, detail=detail, unit=unit)
+        out.append(verdict_row(name, quantity, paper, verdict))
     return out
 
 
@@ -159,7 +161,7 @@ def one_vs_all_findings(
         ("ranking of the nine methods", f"Spearman rho with the paper's task row >= {RANK_RHO}",
          "rho = 1", lambda u: u["rho"] >= RANK_RHO,
          f"mean rho {rho_mean:+.2f}"),
-    ])  # fmt: skip
+    ], unit="tasks x repeats")  # fmt: skip
 
 
 def trend_finding(

@@ -225,13 +225,16 @@ def compare_values(values: Sequence[float | None], paper: Any, **kwargs: Any) ->
     return compare(mean, sd, n, paper, **kwargs)
 
 
-def finding_verdict(outcomes: Sequence[bool], *, quick: bool = False, detail: str = "") -> Verdict:
+def finding_verdict(
+    outcomes: Sequence[bool], *, quick: bool = False, detail: str = "", unit: str = "repeats"
+) -> Verdict:
     """The verdict on an ordering or trend from whether it held in each repeat.
 
-    ``detail`` (e.g. the means the ordering compares) is appended to ``ours``.
+    ``detail`` (e.g. the means the ordering compares) is appended to ``ours``; ``unit`` names
+    what was repeated (``"tasks x repeats"`` for the one-vs-all runs).
     """
     n, k = len(outcomes), sum(bool(o) for o in outcomes)
-    ours = f"holds in {k} of {n} repeats" + (f"; {detail}" if detail else "")
+    ours = f"holds in {k} of {n} {unit}" + (f"; {detail}" if detail else "")
     if quick:
         return Verdict(NOT_COMPARABLE, ours, "", "--quick run (tiny settings)")
     if n < 2:

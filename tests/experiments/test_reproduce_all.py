@@ -92,13 +92,13 @@ def test_one_vs_all_orderings_are_judged_per_task_and_repeat():
         "ranking of the nine methods",
     ]
     assert [r["verdict"] for r in rows] == ["holds"] * 4
-    assert rows[0]["ours"].startswith("holds in 5 of 5 repeats")
+    assert rows[0]["ours"].startswith("holds in 5 of 5 tasks x repeats")
     # two of five units with EK-NN below the forest and MC-Dropout above Deep Ensemble
     swapped = {**_PAPER_LIKE, "EK-NN": 0.01, "Random Forest": 0.03, "MC-Dropout": 0.005}
     units = [*units[:3], swapped, swapped]
     rows = one_vs_all_findings(FULL, units, [_PAPER_ROW] * 5)
     assert [r["verdict"] for r in rows[:3]] == ["differs", "holds", "differs"]
-    assert rows[0]["ours"].startswith("holds in 3 of 5 repeats")
+    assert rows[0]["ours"].startswith("holds in 3 of 5 tasks x repeats")
     assert {r["verdict"] for r in one_vs_all_findings(QUICK, units, [_PAPER_ROW] * 5)} == {
         "not comparable"
     }
