@@ -62,6 +62,13 @@ class BinningConfig(ExperimentConfig):
     auto: int
     settings: ZooSettings
 
+    def header(self) -> str:
+        return (
+            f"deep ensemble ({self.settings.n_members} members) on {N_TRAIN} toy points, "
+            f"{self.n_test} test points (--n-test), EECE with M K-means bins ({EECE_BACKEND}) "
+            "vs the exact TECE"
+        )
+
 
 def _configure(options: RunOptions) -> BinningConfig:
     quick = options.quick
@@ -144,10 +151,6 @@ SPEC = ExperimentSpec(
     name="binning",
     description="|EECE - TECE| vs number of bins (fig. 5)",
     configure=_configure,
-    header=lambda c: (
-        f"deep ensemble ({c.settings.n_members} members) on {N_TRAIN} toy points, {c.n_test} "
-        f"test points (--n-test), EECE with M K-means bins ({EECE_BACKEND}) vs the exact TECE"
-    ),
     conditions=lambda config: config.bins,
     prepare=_prepare,
     measure=_measure,

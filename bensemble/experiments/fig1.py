@@ -64,6 +64,13 @@ class Fig1Config(ExperimentConfig):
     n_test: int
     n_bias: int
 
+    def header(self) -> str:
+        return (
+            f"toy problem, {self.n_train} training / {self.n_test} test points; random forests "
+            "of 100 trees (min_samples_leaf 1 vs 20); BLR smooth curve (Beta kernel, bandwidth "
+            "0.2) beside a calibrated model's through the same kernel"
+        )
+
 
 def smoothing_bias(
     bandwidth: float, a: float, b: float, *, n: int = 200_000, seed: int = 0
@@ -206,11 +213,6 @@ SPEC = ExperimentSpec(
     name="fig1",
     description="RF reliability diagrams + smooth curve (fig. 1)",
     configure=_configure,
-    header=lambda c: (
-        f"toy problem, {c.n_train} training / {c.n_test} test points; random forests of 100 "
-        "trees (min_samples_leaf 1 vs 20); BLR smooth curve (Beta kernel, bandwidth 0.2) beside "
-        "a calibrated model's through the same kernel"
-    ),
     conditions=lambda config: (*FORESTS, "BLR"),
     prepare=_prepare,
     measure=_measure,

@@ -107,10 +107,8 @@ def _measure(config: ForestSweepConfig, context, rho: float, seed: int) -> list[
 SPEC = ExperimentSpec(
     name="noise",
     description="random-forest EECE vs input corruption (fig. 3b)",
-    configure=forest_config("noise", RHOS, QUICK_RHOS),
-    header=lambda c: (
-        f"random forest ({c.n_trees} trees) on {N_TRAIN} toy points with a fraction rho of "
-        f"corrupted inputs, {c.n_test} clean test points, EECE with {c.n_bins} K-means bins"
+    configure=forest_config(
+        "noise", RHOS, QUICK_RHOS, f"{N_TRAIN} toy points with a fraction rho of corrupted inputs"
     ),
     conditions=lambda config: config.values,
     prepare=_prepare,

@@ -97,6 +97,19 @@ class OneVsAllConfig(ExperimentConfig):
     n_test: int | None
     extra: dict[str, Any]
 
+    def header(self) -> str:
+        features = (
+            f"the paper's conv auto-encoder ({self.dataset.latent_dim}-d latent, "
+            f"{self.ae_epochs} epochs on the training images)"
+            if self.features == "ae"
+            else "the raw pixels"
+        )
+        return (
+            f"{self.dataset.title}; features: {features}; classifiers on {self.n_train or 'all'} "
+            f"training points, scored on {self.n_test or 'all'} test images; {len(self.tasks)} "
+            f"one-vs-all tasks x 9 methods; EECE with {self.n_bins} K-means bins"
+        )
+
 
 def _configure(dataset: VisionDataset) -> Callable[[RunOptions], OneVsAllConfig]:
     def configure(options: RunOptions) -> OneVsAllConfig:
@@ -195,18 +208,6 @@ def one_vs_all_spec(dataset: VisionDataset, description: str) -> ExperimentSpec:
         name=dataset.name,
         description=description,
         configure=_configure(dataset),
-        header=lambda c: (
-            f"{c.dataset.title}; features: "
-            + (
-                f"the paper's conv auto-encoder ({c.dataset.latent_dim}-d latent, {c.ae_epochs} "
-                "epochs on the training images)"
-                if c.features == "ae"
-                else "the raw pixels"
-            )
-            + f"; classifiers on {c.n_train or 'all'} training points, scored on "
-            f"{c.n_test or 'all'} test images; {len(c.tasks)} one-vs-all tasks x 9 methods; "
-            f"EECE with {c.n_bins} K-means bins"
-        ),  # fmt: skip
         conditions=_conditions,
         prepare=_prepare,
         measure=_measure,

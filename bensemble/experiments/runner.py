@@ -66,6 +66,10 @@ class ExperimentConfig:
     quick: bool
     convention: Convention
 
+    def header(self) -> str:
+        """The settings in words (printed first); each experiment's config says its own."""
+        return type(self).__name__
+
 
 @dataclass(frozen=True)
 class Table:
@@ -124,8 +128,8 @@ class ExperimentSpec:
     Attributes:
         name: the ``bensemble reproduce`` name (and report folder).
         description: one line for the command's help.
-        configure: ``options -> config`` (an :class:`ExperimentConfig`), checking every option.
-        header: ``config -> text`` describing the settings (printed first).
+        configure: ``options -> config`` (an :class:`ExperimentConfig`, which describes its
+            settings with ``header()``), checking every option.
         conditions: ``config -> conditions`` measured in every repeat.
         measure: ``(config, context, condition, seed) -> records``; a record's ``note`` (text
             or ``None``) is printed once under the tables and not stored.
@@ -141,7 +145,6 @@ class ExperimentSpec:
     name: str
     description: str
     configure: Callable[[RunOptions], Any]
-    header: Callable[[Any], str]
     conditions: Callable[[Any], Sequence[Any]]
     measure: Callable[[Any, Any, Any, int], list[dict[str, Any]]]
     prepare: Callable[[Any, int], Any] = lambda config, seed: None
@@ -188,7 +191,7 @@ def run_spec(spec: ExperimentSpec, options: RunOptions) -> ExperimentResult:
     report = options.report(spec.name)
     caption = spec.caption(config)
     printer(
-        f"{spec.name}: {spec.header(config)}; {repeats} repeat(s), seed {options.seed}"
+        f"{spec.name}: {config.header()}; {repeats} repeat(s), seed {options.seed}"
         f"{' (quick settings)' if config.quick else ''}; {caption}"
     )
     records, notes, first = _measure_all(spec, config, options, repeats)

@@ -60,17 +60,25 @@ class ForestSweepConfig(ExperimentConfig):
     n_test: int
     n_trees: int
     n_bins: int
+    training: str
+
+    def header(self) -> str:
+        return (
+            f"random forest ({self.n_trees} trees) on {self.training}, {self.n_test} test "
+            f"points, EECE with {self.n_bins} K-means bins"
+        )
 
 
-def forest_config(name: str, values: tuple, quick_values: tuple) -> Any:
-    """The ``configure`` of a forest sweep over ``values`` (``quick_values`` with --quick)."""
+def forest_config(name: str, values: tuple, quick_values: tuple, training: str) -> Any:
+    """The ``configure`` of a forest sweep over ``values`` (``quick_values`` with --quick);
+    ``training`` says what the forests train on."""
 
     def configure(options: RunOptions) -> ForestSweepConfig:
         quick = options.quick
         return ForestSweepConfig(
             quick, Convention.from_extra(options.extra, f"reproduce {name}"),
             quick_values if quick else values, QUICK_TEST if quick else N_TEST,
-            QUICK_TREES if quick else N_TREES, QUICK_BINS if quick else EECE_BINS,
+            QUICK_TREES if quick else N_TREES, QUICK_BINS if quick else EECE_BINS, training,
         )  # fmt: skip
 
     return configure
@@ -168,11 +176,7 @@ def _measure(config: ForestSweepConfig, test, n: int, seed: int) -> list[dict[st
 SPEC = ExperimentSpec(
     name="size",
     description="random-forest EECE vs training-set size (fig. 3b)",
-    configure=forest_config("size", SIZES, QUICK_SIZES),
-    header=lambda c: (
-        f"random forest ({c.n_trees} trees) on n toy points, {c.n_test} test points, EECE "
-        f"with {c.n_bins} K-means bins"
-    ),
+    configure=forest_config("size", SIZES, QUICK_SIZES, "n toy points"),
     conditions=lambda config: config.values,
     prepare=lambda config, seed: make_toy_gaussians(config.n_test, seed=seed + 10_000),
     measure=_measure,

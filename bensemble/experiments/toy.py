@@ -74,6 +74,14 @@ class ToyConfig(ExperimentConfig):
     side: int
     n_bins: int
 
+    def header(self) -> str:
+        batch = "full batch" if self.batch_size is None else f"batch {self.batch_size}"
+        return (
+            f"{self.n_train} training points, {self.side}x{self.side} test grid on [-8, 8]^2, "
+            f"the nine methods (+ a forest with min_samples_leaf=1), networks {self.epochs} "
+            f"epochs ({batch}, Adam lr {self.lr:g}), EECE with {self.n_bins} K-means bins"
+        )
+
 
 def _int_option(extra, name: str, default, low: int):
     value = extra.get(name, default)
@@ -104,16 +112,6 @@ def toy_config(options: RunOptions) -> ToyConfig:
     n_bins = QUICK_BINS if quick else EECE_BINS
     return ToyConfig(
         quick, convention, n_train, epochs, float(lr), batch_size, settings, side, n_bins
-    )
-
-
-def _header(config: ToyConfig) -> str:
-    batch = "full batch" if config.batch_size is None else f"batch {config.batch_size}"
-    side = config.side
-    return (
-        f"{config.n_train} training points, {side}x{side} test grid on [-8, 8]^2, the nine "
-        f"methods (+ a forest with min_samples_leaf=1), networks {config.epochs} epochs "
-        f"({batch}, Adam lr {config.lr:g}), EECE with {config.n_bins} K-means bins"
     )
 
 
@@ -220,7 +218,6 @@ SPEC = ExperimentSpec(
     name="toy",
     description="nine methods on 10 toy points (fig. 2, 3a, 6)",
     configure=toy_config,
-    header=_header,
     conditions=lambda config: METHODS,
     prepare=_prepare,
     measure=_measure,
