@@ -54,9 +54,15 @@ def toy_conventions(runs: Path, runs50: Path) -> str:
     return _table(head, lines)
 
 
-def verdicts(folder: Path, name: str, label: str = "") -> list[list[str]]:
-    return [[label or name, v["row"], str(v["paper"]), v["ours"], v["verdict"]]
-            for v in _rows(folder / name, f"{name}_verdicts")]  # fmt: skip
+def verdicts(folder: Path, name: str, label: str = "", *, every: bool = False) -> list[list[str]]:
+    """An experiment's verdict rows; stand-in values (not comparable) only with ``every``."""
+    rows = []
+    for v in _rows(folder / name, f"{name}_verdicts"):
+        if not every and v["note"].startswith("the paper's value is MNIST's"):
+            continue
+        finding = v["row"] if v["quantity"] in v["row"] else f"{v['row']}: {v['quantity']}"
+        rows.append([label or name, finding, str(v["paper"]), v["ours"], v["verdict"]])
+    return rows
 
 
 def likelihood(runs: Path) -> str:
