@@ -153,11 +153,11 @@ def add_reproduce_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPa
         help="all: run nothing; build OUT/index.md from the reports that earlier "
         "`bensemble reproduce NAME --out OUT` runs left in OUT",
     )
-    _add_toy_arguments(p)
+    _add_toy_and_convention_arguments(p)
     return p
 
 
-def _add_toy_arguments(p: argparse.ArgumentParser) -> None:
+def _add_toy_and_convention_arguments(p: argparse.ArgumentParser) -> None:
     """toy: network training; every experiment: the illustrative methods' scoring convention."""
     p.add_argument("--epochs", type=int, default=None, help="toy: epochs (default 1000)")
     p.add_argument("--lr", type=float, default=None, help="toy: Adam learning rate (1e-3)")
@@ -181,7 +181,7 @@ def _add_toy_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _toy_extra(args: argparse.Namespace, extra: dict[str, Any]) -> None:
+def _toy_and_convention_extra(args: argparse.Namespace, extra: dict[str, Any]) -> None:
     for name in ("epochs", "lr", "batch_size", "trust", "clip"):
         if getattr(args, name, None) is not None:
             extra[name] = getattr(args, name)
@@ -222,7 +222,7 @@ def run_reproduce(args: argparse.Namespace) -> int:
         if args.experiment != "all":
             raise ValueError(f"{PROG}: --reuse applies to `all` only (got {args.experiment})")
         extra["reuse"] = True
-    _toy_extra(args, extra)
+    _toy_and_convention_extra(args, extra)
     options = RunOptions(
         seed=args.seed,
         repeats=args.repeats,
