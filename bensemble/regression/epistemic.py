@@ -157,11 +157,11 @@ def regression_epistemic_calibration_details(
     else:
         n_bins_asked = _binning.resolve_n_bins(n_bins, n, fn)
         run_seed = _seed(seed, generator, fn)
-    eu_t = (
-        members.means.var(dim=0, unbiased=False) if eu is None else _check_eu(eu, n, fn, y.device)
-    )
+    eu_t = None if eu is None else _check_eu(eu, n, fn, y.device)
     order = _binning.canonical(members.means)
     means = members.means if order is None else members.means[order]
+    if eu_t is None:  # after the canonical order, so that member order changes no bit
+        eu_t = means.var(dim=0, unbiased=False)
     vectors = means.T.contiguous()
     if centroids is None:
         fitted = _binning.fit_centroids(vectors, n_bins_asked, run_seed)
