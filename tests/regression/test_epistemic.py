@@ -11,12 +11,12 @@ import torch
 
 from bensemble.datasets import make_regression_toy
 from bensemble.regression import (
+    _binning,
     fit_regression_bins,
     regression_epistemic_calibration_details,
     regression_epistemic_calibration_error,
     true_regression_epistemic_calibration_error,
 )
-from bensemble.regression import _binning
 from bensemble.regression._eece_kernels import _reece_compute, _reece_update
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -110,7 +110,9 @@ def test_fixed_bins_make_the_sums_additive_over_chunks():
     x, y, f = _toy(4000, seed=5)
     members = smooth_members(x, f, spread=0.2, bias=0.2)
     centroids = fit_regression_bins(members[:, :2000], 30)  # fitted on one split
-    one_shot = regression_epistemic_calibration_details(members[:, 2000:], y[2000:], centroids=centroids)
+    one_shot = regression_epistemic_calibration_details(
+        members[:, 2000:], y[2000:], centroids=centroids
+    )
     # a stream: chunks of the other split, bins assigned in the canonical member order
     order = _binning.canonical(members)
     m = members[order] if order is not None else members
@@ -133,7 +135,8 @@ def test_tece_is_the_pointwise_formula():
     eu = torch.rand(50, generator=g, dtype=torch.float64)
     expected = ((f - members).square().mean(0) - eu).abs().mean()
     assert TECE(members, f, eu=eu) == pytest.approx(float(expected), rel=1e-12)
-    assert TECE(members, f) == pytest.approx(float((f - members.mean(0)).square().mean()), rel=1e-12)
+    mse_of_mean = float((f - members.mean(0)).square().mean())
+    assert TECE(members, f) == pytest.approx(mse_of_mean, rel=1e-12)
     gaussian = torch.stack([members, torch.ones_like(members)], -1)
     assert TECE(gaussian, f) == TECE(members, f)  # the members' variances do not enter
 

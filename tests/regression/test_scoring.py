@@ -95,7 +95,8 @@ def test_point_crps_is_properscoring_crps_ensemble():
     ps = pytest.importorskip("properscoring")
     x, y = point_members(7, 300, seed=7)
     reference = ps.crps_ensemble(y.numpy(), x.numpy().T)
-    torch.testing.assert_close(crps_per_sample(x, y), torch.from_numpy(reference), rtol=0, atol=1e-12)
+    ours = crps_per_sample(x, y)
+    torch.testing.assert_close(ours, torch.from_numpy(reference), rtol=0, atol=1e-12)
 
 
 def test_mixture_crps_tends_to_the_energy_form_as_variances_vanish():
