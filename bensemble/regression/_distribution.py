@@ -10,7 +10,7 @@ so its temporaries are ``O(M * chunk)`` (``O(M^2 * chunk)`` for the mixture CRPS
   ``F + S = 1 + P(X = y)``.
 * Quantile ``Q(p) = inf{x : F(x) >= p}`` (the left-continuous inverse): closed form for one
   Gaussian, else bisection inside ``[min_m q_m(p), max_m q_m(p)]`` (``q_m`` the members'
-  quantiles; an atom's is its mean) down to adjacent float64 values.
+  quantiles; an atom's is its mean) down to adjacent float64 values (:func:`quantiles`).
 * CRPS of the mixture (Grimit et al. 2006):
 
   .. math:: \mathrm{CRPS} = \sum_m w_m A(y - \mu_m, \sigma_m^2)
@@ -35,12 +35,12 @@ __all__ = [
     "gaussian_crps",
     "log_density",
     "quantile",
+    "quantiles",
 ]
 
 _F64 = torch.float64
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 _INV_SQRT_PI = 1.0 / math.sqrt(math.pi)
-_MAX_BISECTIONS = 1100  # float64 spans 2**2098 values; every step halves the bracket
 
 
 def _steps(n: int, per_row: int) -> range:
@@ -131,49 +131,65 @@ def crps_values(means: torch.Tensor, variances: torch.Tensor, y: torch.Tensor) -
     return out
 
 
-def _member_quantiles(means: torch.Tensor, variances: torch.Tensor, p: float) -> torch.Tensor:
-    z = float(torch.special.ndtri(torch.tensor(p, dtype=_F64)))
-    return means + variances.sqrt() * z
+def _ordered(x: torch.Tensor) -> torch.Tensor:
+    """int64 keys that order float64 values as numbers (``-0.0`` and ``0.0`` share key 0)."""
+    bits = x.view(torch.int64)
+    return torch.where(bits < 0, -(bits & 0x7FFFFFFFFFFFFFFF), bits)
 
 
-def quantile(means: torch.Tensor, variances: torch.Tensor, p: float) -> torch.Tensor:
-    """``Q(p) = inf{x : F(x) >= p}`` ``[N]`` for ``p`` in ``(0, 1)``."""
+def _from_ordered(k: torch.Tensor) -> torch.Tensor:
+    return torch.where(k < 0, (-k) | torch.iinfo(torch.int64).min, k).view(_F64)
+
+
+def _mixture_cdf(mu: torch.Tensor, var: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``F(x)`` for ``mu, var [M, 1, c]`` and ``x [L, c]`` -> ``[L, c]``."""
+    sd = var.sqrt()
+    atom = sd == 0
+    z = (x[None] - mu) / torch.where(atom, torch.ones_like(sd), sd)
+    return torch.where(atom, (mu <= x[None]).to(_F64), torch.special.ndtr(z)).mean(0)
+
+
+def quantiles(means: torch.Tensor, variances: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
+    """``Q(p) = inf{x : F(x) >= p}`` ``[L, N]`` for the levels ``p [L]`` in ``(0, 1)``.
+
+    One Gaussian: ``mu + sigma Phi^{-1}(p)``. All atoms: the order statistic ``x_(k)`` with the
+    smallest ``k`` such that ``k / M >= p`` (the float ``k / M``, as the CDF computes it).
+    Otherwise bisection inside ``[min_m q_m(p), max_m q_m(p)]`` over the *bit patterns* of the
+    float64 values in the bracket: at most 64 steps to the two adjacent floats around the
+    quantile, whatever its magnitude (a bisection over reals would crawl through the denormals
+    when the quantile is 0).
+    """
+    levels = levels.to(device=means.device, dtype=_F64)
     n_members, n = means.shape
-    if not bool((variances > 0).any()):  # atoms only: an order statistic of the members
-        levels = torch.arange(1, n_members + 1, dtype=_F64) / n_members  # F at the k-th atom
-        k = int(torch.searchsorted(levels, torch.tensor([p], dtype=_F64)))
-        return torch.sort(means, dim=0).values[min(k, n_members - 1)].clone()
-    q = _member_quantiles(means, variances, p)
+    if not bool((variances > 0).any()):  # atoms only
+        at_atoms = torch.arange(1, n_members + 1, dtype=_F64, device=means.device) / n_members
+        k = torch.searchsorted(at_atoms, levels).clamp_max(n_members - 1)
+        return torch.sort(means, dim=0).values[k]
+    z = torch.special.ndtri(levels)
     if n_members == 1:
-        return q[0].clone()
-    out = torch.empty(n, dtype=_F64, device=means.device)
-    for start in _steps(n, n_members):
-        stop = start + max(1, CHUNK // n_members)
-        out[start:stop] = _bisect(
-            means[:, start:stop], variances[:, start:stop], q[:, start:stop], p
-        )
+        return means + variances.sqrt() * z[:, None]
+    out = torch.empty(levels.shape[0], n, dtype=_F64, device=means.device)
+    per_row = n_members * levels.shape[0]
+    for start in _steps(n, per_row):
+        stop = start + max(1, CHUNK // per_row)
+        mu, var = means[:, None, start:stop], variances[:, None, start:stop]
+        q = mu + var.sqrt() * z[None, :, None]  # [M, L, c] the members' quantiles
+        lo, hi = q.min(dim=0).values, q.max(dim=0).values
+        p = levels[:, None]
+        hi = torch.where(_mixture_cdf(mu, var, lo) >= p, lo, hi)  # lo itself qualifies
+        lo_k, hi_k = _ordered(lo), _ordered(hi)
+        for _ in range(66):  # F(lo) < p <= F(hi) (or lo == hi); halve the floats between
+            open_ = hi_k - 1 > lo_k  # (hi_k - lo_k would overflow across zero)
+            if not bool(open_.any()):
+                break
+            mid_k = (lo_k >> 1) + (hi_k >> 1) + (lo_k & hi_k & 1)  # floor of the mean, exact
+            up = _mixture_cdf(mu, var, _from_ordered(mid_k)) >= p
+            hi_k = torch.where(open_ & up, mid_k, hi_k)
+            lo_k = torch.where(open_ & ~up, mid_k, lo_k)
+        out[:, start:stop] = _from_ordered(hi_k)
     return out
 
 
-def _bisect(mu: torch.Tensor, var: torch.Tensor, q: torch.Tensor, p: float) -> torch.Tensor:
-    """Smallest float64 ``x`` with ``F(x) >= p`` per column, inside ``[min q, max q]``."""
-    lo = q.min(dim=0).values
-    hi = q.max(dim=0).values
-    # F(hi) >= p always; move lo below the quantile (F(lo) < p) unless it already qualifies
-    f_lo, _ = cdf_pair(mu, var, lo)
-    done = f_lo >= p
-    hi = torch.where(done, lo, hi)
-    active = ~done
-    for _ in range(_MAX_BISECTIONS):
-        if not bool(active.any()):
-            break
-        idx = active.nonzero().squeeze(1)
-        a, b = lo[idx], hi[idx]
-        mid = a + 0.5 * (b - a)
-        stuck = (mid <= a) | (mid >= b)  # adjacent floats: b is the answer
-        f_mid, _ = cdf_pair(mu[:, idx], var[:, idx], mid)
-        up = f_mid >= p
-        hi[idx] = torch.where(~stuck & up, mid, b)
-        lo[idx] = torch.where(~stuck & ~up, mid, a)
-        active[idx] = ~stuck
-    return hi
+def quantile(means: torch.Tensor, variances: torch.Tensor, p: float) -> torch.Tensor:
+    """``Q(p)`` ``[N]`` for one level ``p`` in ``(0, 1)`` (:func:`quantiles`)."""
+    return quantiles(means, variances, torch.tensor([p], dtype=_F64))[0]

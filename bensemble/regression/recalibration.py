@@ -14,8 +14,10 @@ validated ``state_dict`` / ``load_state_dict``, and a ``repr`` with the fitted v
   ensembles).
 * :class:`QuantileRecalibration` - Kuleshov, Fenner and Ermon (2018): the PIT values
   ``u_n = F_n(y_n)`` of the calibration split and their empirical CDF ``P(u) = #{u_j <= u} / N``
-  give the isotonic (non-decreasing) least-squares map ``R`` of ``u_n`` onto ``P(u_n)``, pinned at
-  ``R(0) = 0`` and ``R(1) = 1`` and linear between its steps. The recalibrated predictive has CDF
+  give the isotonic (non-decreasing) least-squares map ``R`` of ``u_n`` onto ``P(u_n)`` (scikit-
+  learn's ``isotonic_regression``, ties pooled), linear between its steps and pinned at ``R(0) = 0``
+  and ``R(1) = 1`` (also where PIT values of exactly 0 or 1 occur, so that every level in
+  ``(0, 1)`` maps inside the predictive's support). The recalibrated predictive has CDF
   ``R(F(y))`` and quantiles ``Q(R^{-1}(p))`` (``R^{-1}(p) = inf{u : R(u) >= p}``).
 """
 
@@ -34,7 +36,7 @@ from bensemble._validation import (
     check_positive_int,
     check_probability,
 )
-from bensemble.regression._distribution import cdf_pair, log_density, quantile
+from bensemble.regression._distribution import cdf_pair, log_density, quantiles
 from bensemble.regression._inputs import (
     PREDICTIVES,
     as_member_predictions,
@@ -337,9 +339,8 @@ class QuantileRecalibration(nn.Module):
         raw = torch.tensor(levels, dtype=_F64)
         inner = inverse(self.knots_x.cpu(), self.knots_y.cpu(), raw)
         tiny = torch.finfo(_F64).eps
-        inner = inner.clamp(tiny, 1.0 - tiny).tolist()
-        rows = [quantile(chosen.means, chosen.variances, p) for p in inner]
-        return torch.stack(rows), members.out_dtype
+        inner = inner.clamp(tiny, 1.0 - tiny)
+        return quantiles(chosen.means, chosen.variances, inner), members.out_dtype
 
     def predictive_interval(
         self, member_preds: Any, alpha: float = 0.1

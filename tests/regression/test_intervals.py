@@ -16,6 +16,7 @@ from bensemble.regression import (
     mean_interval_width,
     predictive_interval,
 )
+from bensemble.regression._distribution import quantile
 from bensemble.regression._inputs import as_member_predictions
 from bensemble.regression.intervals import _interval_compute, _interval_update
 
@@ -123,3 +124,20 @@ def test_interval_inputs_are_checked():
         interval_coverage([-float("inf")], [0.0], [0.0])
     with pytest.raises(ValueError, match="`alpha`"):
         predictive_interval(torch.zeros(2, 3), alpha=0.0)
+
+
+def test_mixture_quantiles_match_a_root_finder_also_across_zero():
+    from scipy.optimize import brentq
+
+    mu = torch.tensor([[-1.0, -3.0, 1e-3], [1.0, 2.0, 5.0], [0.0, 0.5, -2.0]], dtype=torch.float64)
+    var = torch.tensor([[1.0, 0.5, 2.0], [1.0, 0.1, 1.0], [0.3, 4.0, 1e-6]], dtype=torch.float64)
+    p = torch.stack([mu, var], -1)
+    median = quantile(mu, var, 0.5)  # symmetric members at point 0: the median is 0, reached
+    assert abs(float(median[0])) < 1e-15  # in <= 64 halvings of the bit patterns of [-1.1, 1.1]
+    for alpha in (0.02, 0.5, 0.9):
+        lo, hi = predictive_interval(p, alpha)
+        for i in range(3):
+            cdf = lambda t, i=i: stats.norm.cdf(t, mu[:, i], var[:, i].sqrt()).mean()  # noqa: E731
+            for level, value in ((alpha / 2, lo[i]), (1 - alpha / 2, hi[i])):
+                root = brentq(lambda t: cdf(t) - level, -50, 50, xtol=1e-14)
+                assert float(value) == pytest.approx(root, abs=1e-9)
