@@ -137,7 +137,10 @@ def test_mixture_quantiles_match_a_root_finder_also_across_zero():
     for alpha in (0.02, 0.5, 0.9):
         lo, hi = predictive_interval(p, alpha)
         for i in range(3):
-            cdf = lambda t, i=i: stats.norm.cdf(t, mu[:, i], var[:, i].sqrt()).mean()  # noqa: E731
             for level, value in ((alpha / 2, lo[i]), (1 - alpha / 2, hi[i])):
-                root = brentq(lambda t: cdf(t) - level, -50, 50, xtol=1e-14)
+
+                def gap(t: float, i: int = i, level: float = level) -> float:
+                    return stats.norm.cdf(t, mu[:, i], var[:, i].sqrt()).mean() - level
+
+                root = brentq(gap, -50, 50, xtol=1e-14)
                 assert float(value) == pytest.approx(root, abs=1e-9)
