@@ -34,6 +34,8 @@ class Case:
     fit: Callable[[Any, bool], Any]
     predict: Callable[[Any], Any]
     step: str | None = "fit"
+    method: str = "predict_interval"  # the prediction method ``predict`` calls
+    quantile_input: bool = False  # takes [M, N, 2] (lower, upper) quantiles
 
 
 def _members(bad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -59,6 +61,7 @@ REGRESSION_ESTIMATOR_CASES = [
         lambda est, bad: est.fit(*_members(bad)),
         lambda est: est.transform(_members()[0][:, :5]),
         step=None,  # unfitted: s = 1, the identity map (as the logit scalers)
+        method="transform",
     ),
     Case(
         "QuantileRecalibration",
@@ -79,6 +82,7 @@ REGRESSION_ESTIMATOR_CASES = [
         lambda est, bad: est.calibrate(*_quantiles(bad)),
         lambda est: est.predict_interval(_quantiles()[0][:, :5]),
         step="calibrate",
+        quantile_input=True,
     ),
 ]
 CASES = [pytest.param(case, id=case.name) for case in REGRESSION_ESTIMATOR_CASES]
@@ -145,13 +149,9 @@ def test_deepcopy_and_state_dict_keep_the_fit(case):
 @pytest.mark.parametrize("case", CASES)
 def test_predictions_track_no_gradient_and_take_numpy(case):
     est = _fitted(case)
-    data = (
-        _quantiles()[0][:, :5]
-        if "Quantile" in case.name and "Regressor" in case.name
-        else (_members()[0][:, :5])
-    )
+    data = (_quantiles() if case.quantile_input else _members())[0][:, :5]
     leaf = data.clone().requires_grad_(True)
-    method = case.predict.__code__.co_names[-1]  # transform / predictive_interval / ...
+    method = case.method
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         out = getattr(est, method)(leaf)
