@@ -68,6 +68,7 @@ REGRESSION_ESTIMATOR_CASES = [
         lambda: QuantileRecalibration(n_quantiles=9),
         lambda est, bad: est.fit(*_members(bad)),
         lambda est: est.predictive_interval(_members()[0][:, :5]),
+        method="predictive_interval",
     ),
     Case(
         "SplitConformalRegressor",
