@@ -43,14 +43,29 @@ def canonical(means: torch.Tensor) -> torch.Tensor | None:
     return canonical_member_order(means)
 
 
+def _frame(vectors: torch.Tensor) -> tuple[float, float]:
+    """One shift and one scale for every coordinate: ``(v - shift) / scale`` is O(1).
+
+    K-means runs in float32; targets in the thousands (or 1e30) would lose the members' spread to
+    rounding, or overflow the squared distances. A common affine map of all coordinates keeps
+    every nearest-centroid relation and the K-means objective up to a factor, so the partition is
+    that of the raw vectors, computed where float32 resolves it.
+    """
+    shift = float(vectors.mean())
+    scale = float((vectors - shift).abs().max())
+    return shift, (scale if scale > 0 else 1.0)
+
+
 def fit_centroids(vectors: torch.Tensor, n_bins: int, seed: int) -> torch.Tensor:
     """K-means centroids ``[B', H]`` (float64, ``B' <= n_bins``) of the rows ``vectors [N, H]``."""
-    return fit_bins(vectors, n_bins, seed=seed)
+    shift, scale = _frame(vectors)
+    return fit_bins((vectors - shift) / scale, n_bins, seed=seed) * scale + shift
 
 
 def assign(vectors: torch.Tensor, centroids: torch.Tensor) -> torch.Tensor:
     """Nearest-centroid bin ids ``[N]`` (int64; ties to the lower index)."""
-    return assign_bins(vectors, centroids)
+    shift, scale = _frame(vectors)
+    return assign_bins((vectors - shift) / scale, (centroids - shift) / scale)
 
 
 def check_centroids(centroids: Any, width: int, fn: str) -> torch.Tensor:

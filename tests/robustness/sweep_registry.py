@@ -454,3 +454,8 @@ REGISTRY: list[Entry] = [
         names=("rho",),
     ),
 ]
+
+# second-order regression (bensemble.regression, bensemble.conformal.regression, the toy's truth)
+from sweep_regression import REGRESSION_ENTRIES  # noqa: E402
+
+REGISTRY += REGRESSION_ENTRIES
