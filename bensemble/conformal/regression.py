@@ -108,9 +108,10 @@ class SplitConformalRegressor:
         self.spread = check_option(spread, "spread", SPREADS, fn)
 
     def _centre_scale(self, members: RegressionMembers, fn: str):
-        mean, total, aleatoric, epistemic = members.moments()
         if self.score == "absolute":
+            mean = members.means.mean(dim=0)
             return mean, torch.ones_like(mean)
+        mean, total, aleatoric, epistemic = members.moments()
         variance = {"total": total, "epistemic": epistemic, "aleatoric": aleatoric}[self.spread]
         sigma = variance.sqrt()
         smallest = float(sigma.min())

@@ -73,18 +73,22 @@ def log_density(means: torch.Tensor, variances: torch.Tensor, y: torch.Tensor) -
         stop = start + max(1, CHUNK // max(1, n_members))
         mu, var, t = means[:, start:stop], variances[:, start:stop], y[None, start:stop]
         log_pdf = -0.5 * (t - mu).square() / var - 0.5 * var.log() - _LOG_SQRT_2PI
-        out[start:stop] = torch.logsumexp(log_pdf, dim=0) - math.log(n_members)
+        if n_members == 1:
+            out[start:stop] = log_pdf[0]
+        else:
+            out[start:stop] = torch.logsumexp(log_pdf, dim=0) - math.log(n_members)
     return out
 
 
 def gaussian_crps(mean: torch.Tensor, variance: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Closed-form CRPS of ``N(mean, variance)`` at ``y`` (``|y - mean|`` for variance 0)."""
     sd = variance.sqrt()
-    atom = sd == 0
-    z = (y - mean) / torch.where(atom, torch.ones_like(sd), sd)
-    pdf = torch.exp(-0.5 * z.square()) / math.sqrt(2.0 * math.pi)
+    atoms = bool((sd == 0).any())
+    residual = y - mean
+    z = residual / (torch.where(sd == 0, 1.0, sd) if atoms else sd)
+    pdf = torch.exp(-0.5 * z.square()).mul_(1.0 / math.sqrt(2.0 * math.pi))
     value = sd * (z * (2.0 * torch.special.ndtr(z) - 1.0) + 2.0 * pdf - _INV_SQRT_PI)
-    return torch.where(atom, (y - mean).abs(), value)
+    return torch.where(sd == 0, residual.abs(), value) if atoms else value
 
 
 def _a(d: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

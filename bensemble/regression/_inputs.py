@@ -72,6 +72,14 @@ class RegressionMembers:
         mean, total, _, _ = self.moments()
         return RegressionMembers(mean[None], total[None], False, self.out_dtype)
 
+    def reordered(self, order: torch.Tensor | None) -> RegressionMembers:
+        """The members in the order ``order`` (``None``: as they are)."""
+        if order is None:
+            return self
+        return RegressionMembers(
+            self.means[order], self.variances[order], self.points, self.out_dtype
+        )
+
     def rows(self, start: int, stop: int) -> RegressionMembers:
         """The members restricted to the points ``start:stop``."""
         return RegressionMembers(
@@ -101,16 +109,19 @@ def as_member_predictions(
     t = as_float_tensor(raw, name, fn, ndim=(2, 3))
     if t.ndim == 2:
         means, variances, points = t, torch.zeros_like(t), True
+        largest_variance = 0.0
     else:
         means, variances, points = t[..., 0], t[..., 1], False
-        lowest = float(variances.min())
+        lowest, highest = (float(v) for v in torch.aminmax(variances))
         if lowest < 0.0:
             raise ValueError(
                 f"{fn}: `{name}` must hold variances >= 0 in [..., 1] (got a minimum of "
                 f"{lowest:.4g}); pass variances, not log-variances or standard deviations"
             )
-    largest = float(means.abs().max())
-    if largest > 1e150 or float(variances.max()) > 1e300:
+        largest_variance = highest
+    low, high = (float(v) for v in torch.aminmax(means))
+    largest = max(-low, high)
+    if largest > 1e150 or largest_variance > 1e300:
         raise ValueError(
             f"{fn}: `{name}` must hold means below 1e150 and variances below 1e300 in magnitude, "
             f"whose squares float64 holds (got a largest mean of {largest:.4g}); rescale the "

@@ -161,7 +161,7 @@ def regression_epistemic_calibration_details(
     order = _binning.canonical(members.means)
     means = members.means if order is None else members.means[order]
     if eu_t is None:  # after the canonical order, so that member order changes no bit
-        eu_t = means.var(dim=0, unbiased=False)
+        eu_t = members.reordered(order).moments()[3]
     vectors = means.T.contiguous()
     if centroids is None:
         fitted = _binning.fit_centroids(vectors, n_bins_asked, run_seed)
@@ -272,11 +272,7 @@ def true_regression_epistemic_calibration_error(
             f"{fn}: `true_mean` must have one value per point ({members.n}) (got {f.shape[0]})"
         )
     f = f.to(members.means.device)
-    eu_t = (
-        members.means.var(dim=0, unbiased=False)
-        if eu is None
-        else _check_eu(eu, members.n, fn, f.device)
-    )
+    eu_t = members.moments()[3] if eu is None else _check_eu(eu, members.n, fn, f.device)
     error = (f[None, :] - members.means).square().mean(dim=0)
     value = float((error - eu_t).abs().mean())
     if not math.isfinite(value):

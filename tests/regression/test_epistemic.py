@@ -37,7 +37,7 @@ def test_members_equal_to_the_truth_have_an_eece_that_decays_with_n():
     for n in (500, 2000, 8000, 32000):
         _, y, f = _toy(n, seed=n)
         truth = f.expand(5, -1)  # five members equal to E[Y | x]: EU = 0
-        assert TECE(truth, f) == 0.0
+        assert TECE(truth, f) < 1e-28  # 0 up to the rounding of the members' mean
         values.append(EECE(truth, y))
     assert all(later < 0.8 * earlier for earlier, later in zip(values, values[1:])), values
     assert values[-1] < 2e-3
