@@ -86,8 +86,10 @@ def gaussian_crps(mean: torch.Tensor, variance: torch.Tensor, y: torch.Tensor) -
     atoms = bool((sd == 0).any())
     residual = y - mean
     z = residual / (torch.where(sd == 0, 1.0, sd) if atoms else sd)
-    pdf = torch.exp(-0.5 * z.square()).mul_(1.0 / math.sqrt(2.0 * math.pi))
-    value = sd * (z * (2.0 * torch.special.ndtr(z) - 1.0) + 2.0 * pdf - _INV_SQRT_PI)
+    # sd (z (2 Phi(z) - 1) + 2 phi(z) - 1 / sqrt(pi)), in place: four temporaries of [N]
+    value = torch.special.ndtr(z).mul_(2.0).sub_(1.0).mul_(z)
+    value.add_(z.square_().mul_(-0.5).exp_(), alpha=2.0 / math.sqrt(2.0 * math.pi))
+    value.sub_(_INV_SQRT_PI).mul_(sd)
     return torch.where(sd == 0, residual.abs(), value) if atoms else value
 
 
