@@ -104,6 +104,15 @@ def test_member_order_does_not_change_a_bit_and_identical_calls_agree():
     for seed in range(3):
         perm = torch.randperm(8, generator=torch.Generator().manual_seed(seed))
         assert EECE(members[perm], y) == value
+    # 16 members of unequal spread around 1000: sums over members in another order round
+    # differently, so only the canonical order makes the value bit-identical
+    g = torch.Generator().manual_seed(5)
+    scale = 10 * torch.rand(16, 1, generator=g, dtype=torch.float64)
+    wide = 1000 + scale * torch.randn(16, 3000, generator=g, dtype=torch.float64)
+    labels = 1000 + torch.randn(3000, generator=g, dtype=torch.float64)
+    value = EECE(wide, labels, n_bins=40)
+    for _ in range(6):
+        assert EECE(wide[torch.randperm(16, generator=g)], labels, n_bins=40) == value
 
 
 def test_fixed_bins_make_the_sums_additive_over_chunks():

@@ -16,7 +16,7 @@ from bensemble.regression import (
     mean_interval_width,
     predictive_interval,
 )
-from bensemble.regression._distribution import quantile
+from bensemble.regression._distribution import cdf_pair, quantile
 from bensemble.regression._inputs import as_member_predictions
 from bensemble.regression.intervals import _interval_compute, _interval_update
 
@@ -45,9 +45,13 @@ def test_mixture_interval_ends_are_the_mixture_quantiles():
     cdf_hi = stats.norm.cdf(hi.numpy()[None], mu, sd).mean(0)
     np.testing.assert_allclose(cdf_lo, 0.05, atol=1e-12)
     np.testing.assert_allclose(cdf_hi, 0.95, atol=1e-12)
-    # the smallest such value: one float below, the CDF is under the level
-    below = np.nextafter(hi.numpy(), -np.inf)
-    assert (stats.norm.cdf(below[None], mu, sd).mean(0) < 0.95 + 1e-15).all()
+    # Q(p) = inf{x : F(x) >= p} over the floats, with the library's own CDF: F(Q) >= p and,
+    # one float below, F < p
+    means, variances = p[..., 0], p[..., 1]
+    for level, q in ((0.05, lo), (0.95, hi)):
+        assert bool((cdf_pair(means, variances, q)[0] >= level).all())
+        below = torch.nextafter(q, torch.full_like(q, -torch.inf))
+        assert bool((cdf_pair(means, variances, below)[0] < level).all())
 
 
 def test_point_members_give_order_statistics():
