@@ -50,7 +50,7 @@ from bensemble._validation import as_float_tensor, check_bool
 from bensemble.metrics._kmeans import resolve_seed
 from bensemble.regression import _binning
 from bensemble.regression._eece_kernels import RegressionEECEDetails, _reece_compute, _reece_update
-from bensemble.regression._inputs import as_member_predictions, as_targets
+from bensemble.regression._inputs import RegressionMembers, as_member_predictions, as_targets
 
 __all__ = [
     "RegressionEECEDetails",
@@ -75,6 +75,28 @@ def _check_eu(eu: Any, n: int, fn: str, device: torch.device) -> torch.Tensor:
 
 def _seed(seed: Any, generator: Any, fn: str) -> int:
     return resolve_seed(generator if seed is None else None, seed, fn)
+
+
+def _reece_chunk_update(
+    members: RegressionMembers,
+    y: torch.Tensor,
+    centroids: torch.Tensor,
+    eu: torch.Tensor | None = None,
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """The per-bin sums of one chunk of points under fixed ``centroids`` ``[B, H]``.
+
+    The streaming form: fit the centroids once (:func:`fit_regression_bins`), then add the
+    states of the chunks (:func:`~bensemble.regression.scoring.merge_states`) and finish with
+    ``_reece_compute(state, bias_correction)``. Keep one member order for every chunk and the
+    centroids' columns (the one-shot function uses the canonical order of
+    :mod:`~bensemble.regression._binning`; any fixed order gives the same value up to rounding).
+
+    Returns:
+        ``(state, bin ids [n])``.
+    """
+    eu_t = members.moments()[3] if eu is None else eu
+    ids = _binning.assign(members.means.T.contiguous(), centroids)
+    return _reece_update(members.means, y, eu_t, ids, centroids.shape[0]), ids
 
 
 def fit_regression_bins(
@@ -158,17 +180,15 @@ def regression_epistemic_calibration_details(
         n_bins_asked = _binning.resolve_n_bins(n_bins, n, fn)
         run_seed = _seed(seed, generator, fn)
     eu_t = None if eu is None else _check_eu(eu, n, fn, y.device)
+    # one canonical member order before anything order-sensitive: member order changes no bit
     order = _binning.canonical(members.means)
-    means = members.means if order is None else members.means[order]
-    if eu_t is None:  # after the canonical order, so that member order changes no bit
-        eu_t = members.reordered(order).moments()[3]
-    vectors = means.T.contiguous()
+    ordered = members.reordered(order)
     if centroids is None:
-        fitted = _binning.fit_centroids(vectors, n_bins_asked, run_seed)
+        fitted = _binning.fit_centroids(ordered.means.T.contiguous(), n_bins_asked, run_seed)
     else:
         fitted = fixed if order is None else fixed[:, order.to(fixed.device)]
-    ids = _binning.assign(vectors, fitted)
-    stats = _reece_compute(_reece_update(means, y, eu_t, ids, fitted.shape[0]), bias_correction)
+    state, ids = _reece_chunk_update(ordered, y, fitted, eu_t)
+    stats = _reece_compute(state, bias_correction)
     filled = int((stats["counts"] > 0).sum())
     if n / max(filled, 1) < _binning.WARN_OCCUPANCY:
         warnings.warn(
