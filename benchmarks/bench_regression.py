@@ -282,7 +282,6 @@ def main() -> None:
     scale = 10 if args.quick else 1
     rows = timing_rows(scale, max(args.repeats, 3 if args.quick else 5))
     notes = [
-        f"Environment: {_harness.environment()}.",
         "CPU time (time.process_time), one torch thread; medians of interleaved runs after a "
         "warm-up; ratio = peer / ours; agreement = largest absolute difference of the values.",
         "",
@@ -290,6 +289,7 @@ def main() -> None:
         "",
     ]
     if args.no_write or args.quick:
+        print(f"Environment: {_harness.environment()}.")
         print("\n".join(notes))
         print(_harness.format_table(rows))
     else:
