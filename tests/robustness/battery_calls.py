@@ -153,6 +153,12 @@ CALL_CASES: list[CallCase] = [
         [(lambda: datasets.make_toy_gaussians(0), "n")],
     ),  # fmt: skip
     CallCase(
+        "make_regression_toy",
+        lambda: datasets.make_regression_toy(10, gap=(0.0, 1.0)),
+        [(lambda: datasets.make_regression_toy(0), "n"),
+         (lambda: datasets.make_regression_toy(10, gap=(2.0, 1.0)), "gap")],
+    ),  # fmt: skip
+    CallCase(
         "make_toy_grid",
         lambda: datasets.make_toy_grid(4, seed=0),
         [(lambda: datasets.make_toy_grid(1), "n_per_axis")],

@@ -22,6 +22,7 @@ from torch import nn
 from bensemble import calibration as cal
 from bensemble import conformal as conf
 from bensemble import methods
+from bensemble import regression as reg
 from bensemble.diversity import MCDropoutEnsembler
 from bensemble.search import EvolutionarySearcher, NESBayesianSampler, RandomSearcher
 from bensemble.search.space import SearchSpace
@@ -226,6 +227,23 @@ def _mc_dropout() -> EstimatorCase:
     )
 
 
+def _regression(bad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[3, 60, 2]`` (mean, variance) members and real labels; ``bad`` puts a NaN label."""
+    g = _g(13)
+    means = torch.randn(3, 60, generator=g, dtype=torch.float64)
+    variances = 0.1 + torch.rand(3, 60, generator=g, dtype=torch.float64)
+    y = means.mean(0) + 2.0 * torch.randn(60, generator=g, dtype=torch.float64)
+    if bad:
+        y[4] = float("nan")
+    return torch.stack([means, variances], -1), y
+
+
+def _quantile_bands(bad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    p, y = _regression(bad)
+    sd = p[..., 1].sqrt()
+    return torch.stack([p[..., 0] - sd, p[..., 0] + sd], -1), y
+
+
 ESTIMATOR_CASES: list[EstimatorCase] = [
     _scaler(cal.TemperatureScaling),
     _scaler(cal.VectorScaling, 3),
@@ -243,6 +261,34 @@ ESTIMATOR_CASES: list[EstimatorCase] = [
     _searcher(EvolutionarySearcher, population_size=3, num_parent_candidates=2),
     _nes_sampler(),
     _mc_dropout(),
+    # second-order regression
+    EstimatorCase(
+        "VarianceScaling",
+        lambda: reg.VarianceScaling(),
+        lambda est, bad: est.fit(*_regression(bad)),
+        lambda est: est.transform(_regression()[0][:, :5]),
+        step=None,  # unfitted: s = 1, the identity map (as the logit scalers)
+    ),
+    EstimatorCase(
+        "QuantileRecalibration",
+        lambda: reg.QuantileRecalibration(n_quantiles=9),
+        lambda est, bad: est.fit(*_regression(bad)),
+        lambda est: est.predictive_interval(_regression()[0][:, :5]),
+    ),
+    EstimatorCase(
+        "SplitConformalRegressor",
+        lambda: conf.SplitConformalRegressor("normalized", alpha=0.2),
+        lambda est, bad: est.calibrate(*_regression(bad)),
+        lambda est: est.predict_interval(_regression()[0][:, :5]),
+        step="calibrate",
+    ),
+    EstimatorCase(
+        "ConformalizedQuantileRegressor",
+        lambda: conf.ConformalizedQuantileRegressor(alpha=0.2, symmetric=False),
+        lambda est, bad: est.calibrate(*_quantile_bands(bad)),
+        lambda est: est.predict_interval(_quantile_bands()[0][:, :5]),
+        step="calibrate",
+    ),
 ]
 
 #: Public names the estimator battery covers.

@@ -23,6 +23,7 @@ from bensemble.calibration import MatrixScaling, TemperatureScaling, VectorScali
 from bensemble.core import ExplicitMembers, PackedMembers, SklearnMembers, StochasticMembers
 from bensemble.layers import BayesianConv2d, BayesianLinear, DropConnectLinear
 from bensemble.methods import PBPEngine, PBPNet, ProbLinear, make_mlp
+from bensemble.regression import QuantileRecalibration, VarianceScaling
 from bensemble.search import RandomSearcher, SearchSpace
 from bensemble.utils import prune_model
 
@@ -184,6 +185,22 @@ _VALUES = "checks the values of its input (finite logits), which meta tensors do
 _NO_META_NOISE = "draws its members from CPU generators: no noise can be drawn on 'meta'"
 _SKLEARN = "the scikit-learn trees are Python objects outside the state_dict"
 
+
+def _regression_data(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[3, 40, 2]`` (mean, variance) members and labels whose spread depends on the seed."""
+    g = torch.Generator().manual_seed(seed)
+    means = torch.randn(3, 40, generator=g)
+    variances = 0.1 + torch.rand(3, 40, generator=g)
+    y = means.mean(0) + (1.0 + seed) * torch.randn(40, generator=g)
+    return torch.stack([means, variances], -1), y
+
+
+def _regression_x() -> tuple[torch.Tensor]:
+    return (_regression_data(99)[0][:, :5],)
+
+
+_RECALIBRATOR = "a recalibrator checks the values of its input (finite, variances >= 0)"
+
 MODULE_CASES: list[ModuleCase] = [
     # layers
     ModuleCase("BayesianLinear", _seeded(lambda: BayesianLinear(4, 3)), _x(5, 4)),
@@ -204,6 +221,21 @@ MODULE_CASES: list[ModuleCase] = [
         "DropConnectLinear[sampled]", _seeded(lambda: DropConnectLinear(4, 3)), _x(5, 4), _sampled
     ),
     ModuleCase("prune_model()", _seeded(_pruned), _x(5, 4)),
+    # regression recalibrators (fitted on seed-dependent data)
+    ModuleCase(
+        "VarianceScaling",
+        lambda seed: VarianceScaling().fit(*_regression_data(seed)).eval(),
+        _regression_x,
+        meta_forward=False,
+        why=_RECALIBRATOR,
+    ),
+    ModuleCase(
+        "QuantileRecalibration",
+        lambda seed: QuantileRecalibration(n_quantiles=5).fit(*_regression_data(seed)).eval(),
+        _regression_x,
+        meta_forward=False,
+        why=_RECALIBRATOR,
+    ),
     # member adapters and ensembles
     ModuleCase("ExplicitMembers", _seeded(lambda: ExplicitMembers([_mlp(), _mlp()])), _x(5, 4)),
     ModuleCase(

@@ -72,6 +72,7 @@ KINDS = {
     "centroids": (True, True, False),  # [C, D] real, C = 3
     "x": (True, True, False),  # [N, K] real, elementwise functions
     "points": (True, False, False),  # [N, 2] real inputs of the toy problem
+    "reg_member": (True, False, True),  # [M, N, 2] regression members: (mean, variance >= 0)
 }
 
 
@@ -120,6 +121,9 @@ def _make(kind: str, case: Case, g: torch.Generator) -> torch.Tensor:
         return torch.randn(m, n, generator=g, dtype=F64) * s
     if kind == "variances":
         return torch.rand(m, n, generator=g, dtype=F64) * s
+    if kind == "reg_member":
+        mean = torch.randn(m, n, generator=g, dtype=F64) * s
+        return torch.stack([mean, 0.01 + torch.rand(m, n, generator=g, dtype=F64) * s], -1)
     if kind == "labels":
         return torch.randint(0, k, (n,), generator=g)
     if kind == "binary_labels":
@@ -154,6 +158,12 @@ def _extreme(kind: str, x: torch.Tensor, dtype: torch.dtype, g: torch.Generator)
         return (x > 0.5).to(F64)
     if kind == "variances":
         return torch.where(x > 0.5, torch.zeros_like(x), x * 1e30)
+    if kind == "reg_member":  # means up to 1e30, variances 0 (atoms) or 1e30-sized
+        mean, var = (
+            _extreme("means", x[..., 0], dtype, g),
+            _extreme("variances", x[..., 1], dtype, g),
+        )
+        return torch.stack([mean, var], -1)
     return x
 
 

@@ -458,3 +458,8 @@ def generated_entries() -> list[Entry]:
 
 #: The sweep: every public array-taking function (generated) plus the overrides.
 REGISTRY: list[Entry] = OVERRIDES + generated_entries()
+
+# second-order regression (bensemble.regression, bensemble.conformal.regression, the toy's truth)
+from sweep_regression import REGRESSION_ENTRIES  # noqa: E402
+
+REGISTRY += REGRESSION_ENTRIES

@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from bensemble import calibration, conformal, datasets, metrics, plots  # noqa: E402
+from bensemble import calibration, conformal, datasets, metrics, plots, regression  # noqa: E402
 
 
 def _g(seed: int = 0) -> torch.Generator:
@@ -89,7 +89,24 @@ RESULT_CASES: dict[str, tuple[Callable[[], Any], bool]] = {
     "SizeStratifiedCoverage": (lambda: conformal.size_stratified_coverage(*_sets()), True),
     "CalibrationSplit": (lambda: conformal.split_calibration(_probs()[1], seed=0), True),
     "ToyData": (lambda: datasets.make_toy_gaussians(20, seed=0), True),
+    "RegressionToyData": (lambda: datasets.make_regression_toy(20, seed=0), True),
+    "RegressionCalibrationCurve": (
+        lambda: regression.regression_calibration_curve(*_regression_members(), n_levels=5),
+        True,
+    ),
+    "RegressionEECEDetails": (
+        lambda: regression.regression_epistemic_calibration_details(
+            *_regression_members(), n_bins=3
+        ),
+        True,
+    ),
 }
+
+
+def _regression_members() -> tuple[torch.Tensor, torch.Tensor]:
+    data = datasets.make_regression_toy(40, seed=1)
+    means = data.mean + 0.1 * torch.randn(3, 40, generator=_g(2), dtype=torch.float64)
+    return torch.stack([means, data.variance.expand(3, -1)], -1), data.y
 
 
 def _result_params() -> list:

@@ -42,7 +42,7 @@ from hypothesis import strategies as st
 
 from bensemble import calibration as cal
 from bensemble import conformal as conf
-from bensemble import datasets, losses, metrics, utils
+from bensemble import datasets, losses, metrics, regression, utils
 from bensemble import uncertainty as unc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -222,6 +222,7 @@ _N_AXIS = {
     "vectors": 0,
     "x": 0,
     "points": 0,
+    "reg_member": 1,
 }
 
 
@@ -344,6 +345,15 @@ def test_registry_covers_the_public_array_api():
         "BAYES_ERROR",
         "SmoothCalibrationCurve",  # the result dataclass of smooth_calibration_curve
         "prune_model",  # takes a model
+        # regression: result dataclasses, option tuples, and the generator (integers in)
+        "RegressionCalibrationCurve",
+        "RegressionEECEDetails",
+        "PREDICTIVES",
+        "REGRESSION_SCORES",
+        "SPREADS",
+        "RegressionToyData",
+        "REGRESSION_TOY_RANGE",
+        "make_regression_toy",
         # stateful meters (update / merge / compute): every one is proved equal to its one-shot
         # metric over random shards in tests/metrics/test_streaming_meters.py
         "AccuracyMeter",
@@ -355,7 +365,7 @@ def test_registry_covers_the_public_array_api():
     }
     swept = {e.name.split("[")[0].split(".")[0] for e in REGISTRY} | {"SplitConformalClassifier"}
     public = set()
-    for module in (metrics, cal, unc, conf, utils, losses, datasets):
+    for module in (metrics, cal, unc, conf, utils, losses, datasets, regression):
         public |= set(module.__all__)
     assert public - swept - excused == set()
 
