@@ -28,6 +28,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from bensemble import calibration, conformal, datasets, metrics, plots  # noqa: E402
+from bensemble.metrics import intervals  # noqa: E402
 
 
 def _g(seed: int = 0) -> torch.Generator:
@@ -89,6 +90,10 @@ RESULT_CASES: dict[str, tuple[Callable[[], Any], bool]] = {
     "SizeStratifiedCoverage": (lambda: conformal.size_stratified_coverage(*_sets()), True),
     "CalibrationSplit": (lambda: conformal.split_calibration(_probs()[1], seed=0), True),
     "ToyData": (lambda: datasets.make_toy_gaussians(20, seed=0), True),
+    "Interval": (
+        lambda: intervals.selective_intervals(*_conf_correct(), range(40), 20)["aurc"],
+        True,
+    ),
 }
 
 
