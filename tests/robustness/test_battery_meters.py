@@ -322,6 +322,28 @@ def test_tampered_state_is_refused_and_keeps_the_state(case, tamper, path):
     _close(_value(obj), _expected(case, SECOND))
 
 
+def _inconsistent_params():
+    return [
+        pytest.param(case, key, id=f"{case.id}-{key}")
+        for case in CASES
+        if not case.torchmetrics
+        for key in case.inconsistent
+    ]
+
+
+@pytest.mark.parametrize(("case", "tamper"), _inconsistent_params())
+def test_merge_with_a_corrupt_partner_is_refused_and_keeps_the_state(case, tamper):
+    """A partner whose live state was edited in place (sums no data could give) is refused."""
+    partner = _fed(case)
+    case.inconsistent[tamper](partner.state)
+    obj = _update(case.make(), case.batch(SECOND))
+    before = snapshot(obj)
+    with pytest.raises(ValueError, match=r"\w+(\.\w+)?: `other"):
+        obj.merge(partner)
+    assert same(snapshot(obj), before)
+    _close(_value(obj), _expected(case, SECOND))
+
+
 @pytest.mark.parametrize("case", [c for c in CASES if not c.torchmetrics], ids=lambda c: c.id)
 def test_state_dict_with_other_settings_or_keys_is_refused(case):
     obj = _fed(case)

@@ -218,14 +218,20 @@ class ReplicateState:
             stat._add_arrays(arrays[name])
         return self
 
-    def state_dict(self) -> dict[str, Any]:
-        """A copy of the state: ``{"settings": {...}, "state": {"<name>.<key>": tensor}}``
-        (every statistic's float64 arrays, keyed by its name and the array's)."""
-        state = {
-            f"{name}.{key}": tensor.clone()
+    @property
+    def state(self) -> dict[str, torch.Tensor]:
+        """Every statistic's live float64 arrays as tensors sharing their memory, keyed
+        ``"<statistic>.<array>"`` (what an all-reduce sums; :meth:`state_dict` copies them)."""
+        return {
+            f"{name}.{key}": tensor
             for name, stat in self._stats.items()
             for key, tensor in stat.state.items()
         }
+
+    def state_dict(self) -> dict[str, Any]:
+        """A copy of the state: ``{"settings": {...}, "state": {"<name>.<key>": tensor}}``
+        (every statistic's float64 arrays, keyed by its name and the array's)."""
+        state = {key: tensor.clone() for key, tensor in self.state.items()}
         return {"settings": copy.deepcopy(self._settings()), "state": state}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> ReplicateState:
