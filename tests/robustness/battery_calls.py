@@ -7,15 +7,21 @@ its ``ValueError`` must name. test_battery_calls.py runs them. Adding a function
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import torch
-from battery_calls_base import CallCase
-from battery_calls_base import files as _files
-from battery_calls_reporting import REPORTING_CASES
 from torch import nn
 
 from bensemble import conformal, datasets, io, layers, methods, metrics, plots, search, utils
 from bensemble.integrations import sync_
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings, however this is imported
+
+from battery_calls_base import CallCase  # noqa: E402
+from battery_calls_base import files as _files  # noqa: E402
+from battery_calls_reporting import REPORTING_CASES  # noqa: E402
 
 NAN = float("nan")
 

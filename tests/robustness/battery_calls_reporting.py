@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import io as _bytes_io
 import pickle
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from battery_calls_base import CallCase, files
 
 from bensemble import io, reporting
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings, however this is imported
+
+from battery_calls_base import CallCase, files  # noqa: E402
 
 NAN, INF = float("nan"), float("inf")
 ROWS = [{"method": "ensemble", "ece": 0.0123, "nll": NAN, "n": 400}, {"method": "single"}]

@@ -19,11 +19,16 @@ Adding a replicate class: one ``MeterCase`` in :func:`replicate_cases` and its n
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
-from battery_meters import (
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings, however this is imported
+
+from battery_meters import (  # noqa: E402
     ECE_INCONSISTENT,
     H,
     K,
