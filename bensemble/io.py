@@ -87,6 +87,16 @@ def split_key(path: str | os.PathLike) -> tuple[Path, str | None]:
     return Path(text), None
 
 
+def _check_name(name: object, fn: str) -> str:
+    """``name``: what the array is, as a non-empty str (it starts every message)."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(
+            f"{fn}: `name` must be a non-empty str saying what the array is, such as "
+            f"'predictions' (got {name!r})"
+        )
+    return name
+
+
 def _check_file(file: Path, name: str) -> None:
     """Refuse a path that is missing, not a regular file, or cannot be looked at."""
     try:
@@ -116,6 +126,7 @@ def load_array(path: str | os.PathLike, *, name: str) -> torch.Tensor:
         InputError: The file is missing, has an unsupported extension, cannot be parsed,
             needs unpickling, or holds a non-numeric array.
     """
+    _check_name(name, "load_array")
     file, key = split_key(path)
     where = describe(f"`{name}` file", file)
     _check_file(file, name)
@@ -168,6 +179,7 @@ def open_npy_chunks(path: str | os.PathLike, *, name: str = "predictions") -> Np
         ...         print(chunks.shape, chunks.read(1, 3, axis=1)[0].tolist())
         (2, 3, 2) [[2.0, 3.0], [4.0, 5.0]]
     """
+    _check_name(name, "open_npy_chunks")
     file, key = split_key(path)
     ext = file.suffix.lower()
     if ext not in (".npy", ".npz") or (key is not None and ext != ".npz"):

@@ -1,17 +1,14 @@
 """The call battery's cases: every public function or helper class no other battery drives.
 
 A :class:`CallCase` gives one valid call (it must return) and bad calls, each with the argument
-its ``ValueError`` must name. test_battery_calls.py runs them. Adding a function: one line.
+its ``ValueError`` must name. test_battery_calls.py runs them. Adding a function: one line
+(the report kit's and the chunked reader's cases are in battery_calls_reporting.py).
 """
 
 from __future__ import annotations
 
-import functools
-import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -20,19 +17,13 @@ from torch import nn
 from bensemble import conformal, datasets, io, layers, methods, metrics, plots, search, utils
 from bensemble.integrations import sync_
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # siblings, however this is imported
+
+from battery_calls_base import CallCase  # noqa: E402
+from battery_calls_base import files as _files  # noqa: E402
+from battery_calls_reporting import REPORTING_CASES  # noqa: E402
+
 NAN = float("nan")
-
-
-@dataclass(frozen=True)
-class CallCase:
-    """``valid()`` must return; each ``(call, argument)`` in ``bad`` must raise a ``ValueError``
-    whose message names ``argument`` in backticks. ``valid=None``: no call can succeed here
-    (``why`` says why)."""
-
-    name: str
-    valid: Callable[[], Any] | None
-    bad: list[tuple[Callable[[], Any], str]] = field(default_factory=list)
-    why: str = ""
 
 
 def _g(seed: int = 0) -> torch.Generator:
@@ -56,15 +47,6 @@ def _nan(t: torch.Tensor) -> torch.Tensor:
 def _pool(k: int = 3, n: int = 3) -> list[nn.Module]:
     torch.manual_seed(0)
     return [nn.Linear(4, k) for _ in range(n)]
-
-
-@functools.cache
-def _files() -> Path:
-    folder = Path(tempfile.mkdtemp(prefix="bensemble-calls-"))
-    np.save(folder / "probs.npy", np.full((5, 3), 1 / 3))
-    np.save(folder / "labels.npy", np.arange(5) % 3)
-    np.save(folder / "nan.npy", np.full((5, 3), np.nan))
-    return folder
 
 
 def _forest():
@@ -155,8 +137,10 @@ CALL_CASES: list[CallCase] = [
     CallCase(
         "make_regression_toy",
         lambda: datasets.make_regression_toy(10, gap=(0.0, 1.0)),
-        [(lambda: datasets.make_regression_toy(0), "n"),
-         (lambda: datasets.make_regression_toy(10, gap=(2.0, 1.0)), "gap")],
+        [
+            (lambda: datasets.make_regression_toy(0), "n"),
+            (lambda: datasets.make_regression_toy(10, gap=(2.0, 1.0)), "gap"),
+        ],
     ),  # fmt: skip
     CallCase(
         "make_toy_grid",
@@ -303,6 +287,7 @@ CALL_CASES: list[CallCase] = [
         [(lambda: io.load_labels(_files() / "probs.npy"), "labels")],
     ),  # fmt: skip
     CallCase("split_key", lambda: io.split_key("p.npz:key"), [(lambda: io.split_key(5), "path")]),
+    *REPORTING_CASES,  # the report kit and the chunked .npy reader (battery_calls_reporting.py)
 ]
 
 #: Public names the call battery covers.

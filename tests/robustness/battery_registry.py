@@ -11,7 +11,8 @@ its file):
 * ``results``    - result dataclasses, and ``displays`` - plot displays and plot functions
   (test_battery_results.py);
 * ``calls``      - every other function and helper class (battery_calls.CALL_CASES);
-* ``meters``     - streaming meters and torchmetrics classes (battery_meters.METER_NAMES);
+* ``meters``     - streaming meters, torchmetrics classes (battery_meters.METER_NAMES) and the
+  mergeable bootstrap-replicate states (battery_replicates.REPLICATE_NAMES);
 * ``declared``   - constants, protocols, exceptions and abstract bases, each with the reason it
   needs no battery (:data:`DECLARED`).
 
@@ -58,8 +59,9 @@ DECLARED: dict[str, str] = {
 
 def _meter_names() -> tuple[str, ...]:
     from battery_meters import METER_NAMES
+    from battery_replicates import REPLICATE_NAMES
 
-    return tuple(METER_NAMES)
+    return tuple(METER_NAMES) + tuple(REPLICATE_NAMES)
 
 
 def batteries() -> dict[str, set[str]]:

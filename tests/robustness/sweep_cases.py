@@ -73,6 +73,8 @@ KINDS = {
     "x": (True, True, False),  # [N, K] real, elementwise functions
     "points": (True, False, False),  # [N, 2] real inputs of the toy problem
     "reg_member": (True, False, True),  # [M, N, 2] regression members: (mean, variance >= 0)
+    "index": (False, False, False),  # [N] int64 global row numbers (any order, from an offset)
+    "coordinates": (True, True, False),  # [K] real: one vector (K plays its length)
 }
 
 
@@ -91,6 +93,7 @@ class Case:
     scale: float
     seed: int
     detail: str = ""
+    corrupted: str = ""  # the argument the nan / inf scenario put a non-finite value into
 
     def describe(self) -> str:
         dtype = str(self.dtype).replace("torch.", "")
@@ -136,6 +139,10 @@ def _make(kind: str, case: Case, g: torch.Generator) -> torch.Tensor:
         return torch.randn(n, generator=g, dtype=F64) * s
     if kind == "sets":
         return torch.rand(n, k, generator=g) < 0.5
+    if kind == "index":
+        return torch.randperm(n, generator=g) + int(torch.randint(0, 10**6, (), generator=g))
+    if kind == "coordinates":
+        return torch.randn(k, generator=g, dtype=F64) * s
     raise KeyError(kind)
 
 
@@ -144,7 +151,7 @@ def _extreme(kind: str, x: torch.Tensor, dtype: torch.dtype, g: torch.Generator)
     if x.numel() == 0:
         return x
     info = torch.finfo(dtype)
-    if kind in ("logits", "scores", "means", "vectors", "x", "points"):
+    if kind in ("logits", "scores", "means", "vectors", "x", "points", "coordinates"):
         # logits and scores up to the dtype's maximum (softmax and ranks are shift- and
         # scale-robust); other real values up to 1e30, whose squares a float64 still holds
         sizes = [1e4, 1e30, info.max / 4] if kind in ("logits", "scores") else [1e4, 1e30]
@@ -304,6 +311,47 @@ def _entropy(value: Any, case: Case) -> None:
 def _centroids(value: Any, case: Case) -> None:
     _finite(value)
     assert value.ndim == 2 and value.shape[1] == case.k and 1 <= value.shape[0] <= 3
+
+
+def _selective(value: Any, case: Case) -> None:
+    """``(auroc [R + 1], aurc [R + 1])`` in [0, 1], NaN only where documented: the AUROC of a
+    replicate without an error or a correct point, the AURC of a replicate holding no sample
+    (every weight 0, likely with a few samples); the data's AURC (row 0) is finite."""
+    auroc, aurc = value
+    assert auroc.dtype == F64 and aurc.dtype == F64 and auroc.shape == aurc.shape
+    assert not torch.isinf(auroc).any() and not torch.isinf(aurc).any(), f"{auroc} {aurc}"
+    assert not torch.isnan(aurc[0]), f"the data's AURC is NaN: {aurc}"
+    for name, values in (("AUROC", auroc), ("AURC", aurc)):
+        known = values[~torch.isnan(values)]  # float64 sums: 1 + 4e-16 when all are errors
+        assert ((known >= -TOL) & (known <= 1 + TOL)).all(), f"{name} replicates {values}"
+
+
+def _intervals(value: Any, case: Case) -> None:
+    """``{name: Interval | None}``: finite ends in [0, 1], low <= high."""
+    assert isinstance(value, dict) and value
+    for name, interval in value.items():
+        if interval is None:
+            continue
+        _finite(interval, name)
+        for end in (interval.point, interval.low, interval.high):
+            assert isinstance(end, float) and -TOL <= end <= 1 + TOL, f"{name}: {interval}"
+        assert interval.low <= interval.high, f"{name}: {interval}"
+
+
+def _ends(value: Any, case: Case) -> None:
+    """``(low, high)`` floats, finite, ``low <= high`` (or ``None``: too few finite values)."""
+    if value is None:
+        return
+    low, high = value
+    assert isinstance(low, float) and isinstance(high, float), f"ends {value!r}"
+    _finite(value)
+    assert low <= high, f"low {low} > high {high}"
+
+
+def _l1_ends(value: Any, case: Case) -> None:
+    """``0 <= low <= high`` and finite."""
+    _ends(value, case)
+    assert value[0] >= 0.0, f"low {value[0]} < 0"
 
 
 def _bin_ids(value: Any, case: Case) -> None:

@@ -24,6 +24,7 @@ from bensemble import calibration as cal
 from bensemble import conformal as conf
 from bensemble import datasets, losses, metrics, utils
 from bensemble import uncertainty as unc
+from bensemble.metrics import intervals
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -33,9 +34,12 @@ from sweep_cases import (  # noqa: E402
     _bin_ids,
     _binned,
     _centroids,
+    _ends,
     _entropy,
     _finite,
     _in,
+    _intervals,
+    _l1_ends,
     _nonnegative,
     _per_class,
     _quantile,
@@ -43,6 +47,7 @@ from sweep_cases import (  # noqa: E402
     _reliability,
     _reports,
     _same_shape_as_input,
+    _selective,
     _sets,
     _split,
     _stratified,
@@ -63,6 +68,7 @@ class Entry:
     overflows: bool = False  # its true value of 1e30-sized input exceeds the dtype: no extreme
     with_k: bool = False  # called with num_classes=K
     tensor_only: bool = False  # an autograd module: numpy / lists refused with a ValueError
+    nonfinite_ok: tuple[str, ...] = ()  # arguments where NaN / inf is documented valid (dropped)
     min_k: int = 1
     max_k: int = 1000
 
@@ -168,6 +174,8 @@ CHECKS: dict[str, Callable[[Any, Case], None]] = {
     "empty_set_rate": _in(0, 1),
     "per_class_coverage": _per_class,
     "size_stratified_coverage": _stratified,
+    "selective_replicates": _selective,
+    "selective_intervals": _intervals,
 }
 #: Entry options of generated entries (see :class:`Entry`).
 FLAGS: dict[str, dict[str, Any]] = {
@@ -379,6 +387,30 @@ OVERRIDES: list[Entry] = [
     ),
     # the toy problem's array-taking helpers
     Entry("toy_posterior", datasets.toy_posterior, {"x": "points"}, _tensors_in(0, 1)),
+    # bootstrap intervals (bensemble.metrics.intervals)
+    Entry(
+        "poisson_weights",
+        lambda sample_index: intervals.poisson_weights(sample_index, 5),
+        {"sample_index": "index"},
+        _tensors_in(0, 12),
+        names=("n_replicates",),
+    ),
+    Entry(
+        "percentile_interval",
+        lambda values: intervals.percentile_interval(values, 0.9),
+        {"values": "scores"},
+        _ends,
+        names=("level",),
+        nonfinite_ok=("values",),  # replicate values may be NaN / inf: the finite ones count
+    ),
+    Entry(
+        "l1_norm_interval",
+        lambda estimate, replicates: intervals.l1_norm_interval(estimate, replicates, 0.9),
+        {"estimate": "coordinates", "replicates": "vectors"},
+        _l1_ends,
+        names=("level",),
+        nonfinite_ok=("replicates",),  # a replicate row holding NaN / inf is dropped
+    ),
     Entry(
         "corrupt_inputs",
         lambda x: datasets.corrupt_inputs(x, 0.3, seed=0),
@@ -412,6 +444,7 @@ GLOSSARY = {
     "means": "means",
     "variances": "variances",
     "eta": "eta",
+    "sample_index": "index",
 }
 
 

@@ -23,9 +23,13 @@ def test_every_public_name_is_in_a_battery() -> None:
     print(summary())
     _, uncovered, _ = coverage()
     assert not uncovered, (
-        f"public names in no battery (add each to one: sweep_registry.py, battery_modules.py, "
-        f"battery_estimators.py, test_battery_results.py, battery_calls.py, battery_meters.py, "
-        f"or battery_registry.DECLARED with a reason): {uncovered}"
+        f"public names in no battery: {uncovered}. Add each to the one that fits: "
+        "sweep_registry.py (array-taking functions: a glossary name in GLOSSARY, or an "
+        "override), battery_modules.py (nn.Modules), battery_estimators.py (fit / predict), "
+        "test_battery_results.py (result dataclasses, displays, plot functions), "
+        "battery_calls.py / battery_calls_reporting.py (other functions and helper classes: one "
+        "valid call, bad calls naming the argument), battery_meters.py / battery_replicates.py "
+        "(mergeable states), or battery_registry.DECLARED with a reason"
     )
 
 

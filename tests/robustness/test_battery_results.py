@@ -27,7 +27,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from bensemble import calibration, conformal, datasets, metrics, plots, regression  # noqa: E402
+from bensemble import (  # noqa: E402
+    calibration,
+    conformal,
+    datasets,
+    metrics,
+    plots,
+    regression,
+    reporting,
+)
+from bensemble.metrics import intervals  # noqa: E402
 
 
 def _g(seed: int = 0) -> torch.Generator:
@@ -100,6 +109,16 @@ RESULT_CASES: dict[str, tuple[Callable[[], Any], bool]] = {
         ),
         True,
     ),
+    "Interval": (
+        lambda: intervals.selective_intervals(*_conf_correct(), range(40), 20)["aurc"],
+        True,
+    ),
+    # the HTML page's parts (plain data, checked when render_html draws them: battery_calls)
+    "Verdict": (lambda: reporting.Verdict("Calibrated?", "yes", "good", "ECE 0.01"), False),
+    "HtmlTable": (lambda: reporting.HtmlTable("scores", [{"ece": 0.01}], ["a note"]), False),
+    "HtmlFigure": (lambda: reporting.HtmlFigure("curve", b"\x89PNG\r\n\x1a\n", "a caption"), False),
+    "HtmlSection": (lambda: reporting.HtmlSection("Metrics", ["a note"]), False),
+    "HtmlReport": (lambda: reporting.HtmlReport("demo", footer={"bensemble": "0.3"}), False),
 }
 
 

@@ -11,12 +11,14 @@ function of (seed, global row, replicate), the merged state equals the single-pa
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
+from bensemble.metrics._state import _same_settings
 from bensemble.metrics.intervals._calibration_replicates import CalibrationReplicates
 from bensemble.metrics.intervals._eece_replicates import EECEReplicates
 from bensemble.metrics.intervals._interval import Interval
@@ -28,6 +30,7 @@ from bensemble.metrics.intervals._replicates import (
     block_rows,
     check_level,
     check_replicates,
+    check_state_dict_keys,
 )
 
 __all__ = ["ReplicateState"]
@@ -169,28 +172,105 @@ class ReplicateState:
             weight_block(index, self.n_replicates, self.seed).astype(np.float64)
         )
 
+    def _settings(self) -> dict[str, Any]:
+        """What two states must share to merge, and a state dict to load."""
+        return {
+            "n_replicates": self.n_replicates,
+            "seed": self.seed,
+            "level": self.level,
+            "statistics": {
+                name: {"class": type(stat).__name__, **stat._settings()}
+                for name, stat in self._stats.items()
+            },
+        }
+
     def merge(self, other: ReplicateState) -> ReplicateState:
         """Add another state over other rows (a shard, a worker); returns ``self``.
 
-        ``other`` must have the same statistics, replicates and seed (otherwise its weights
-        would not be those of one pass over all rows).
+        ``other`` must be another state with the same statistics (names, classes, settings),
+        replicates, seed and level (otherwise its weights would not be those of one pass over
+        all rows); its sums are checked like a loaded state's. A refused merge changes nothing.
         """
         fn = f"{self._fn}.merge"
         if not isinstance(other, ReplicateState):
             raise ValueError(f"{fn}: `other` must be a ReplicateState (got {type(other).__name__})")
         if other is self:
-            raise ValueError(f"{fn}: `other` must be another state (got the state itself)")
-        mine = (self.n_replicates, self.seed, tuple(self._stats))
-        theirs = (other.n_replicates, other.seed, tuple(other._stats))
-        if mine != theirs:
             raise ValueError(
-                f"{fn}: `other` must have the same n_replicates, seed and statistics (got "
-                f"{theirs} vs mine {mine})"
+                f"{fn}: `other` must be another state (got the state itself, whose samples would "
+                "be counted twice; merge a copy.deepcopy if that is really meant)"
             )
+        mine, theirs = self._settings(), other._settings()
+        if not _same_settings(mine, theirs):
+            diff = {
+                k: (mine[k], theirs[k])
+                for k in mine
+                if not _same_settings({k: mine[k]}, {k: theirs[k]})
+            }
+            raise ValueError(
+                f"{fn}: `other` must have the same n_replicates, seed, level and statistics "
+                f"(got differences, mine vs theirs: {diff})"
+            )
+        arrays = {
+            name: stat._merge_checked(other._stats[name], fn, f"other[{name!r}]")
+            for name, stat in self._stats.items()
+        }
         for name, stat in self._stats.items():
-            stat._check_settings_for_merge(other._stats[name], fn)
-        for name, stat in self._stats.items():
-            stat.merge(other._stats[name])
+            stat._add_arrays(arrays[name])
+        return self
+
+    @property
+    def state(self) -> dict[str, torch.Tensor]:
+        """Every statistic's live float64 arrays as tensors sharing their memory, keyed
+        ``"<statistic>.<array>"`` (what an all-reduce sums; :meth:`state_dict` copies them)."""
+        return {
+            f"{name}.{key}": tensor
+            for name, stat in self._stats.items()
+            for key, tensor in stat.state.items()
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """A copy of the state: ``{"settings": {...}, "state": {"<name>.<key>": tensor}}``
+        (every statistic's float64 arrays, keyed by its name and the array's)."""
+        state = {key: tensor.clone() for key, tensor in self.state.items()}
+        return {"settings": copy.deepcopy(self._settings()), "state": state}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> ReplicateState:
+        """Replace every statistic's state by one from :meth:`state_dict` of a state built the
+        same way (same statistics, replicates, seed and level).
+
+        Everything is checked before anything is replaced; a refused state dict changes nothing.
+        """
+        fn = f"{self._fn}.load_state_dict"
+        check_state_dict_keys(state_dict, fn)
+        if not _same_settings(self._settings(), state_dict["settings"]):
+            raise ValueError(
+                f"{fn}: `state_dict` must come from a state with the same settings "
+                f"{self._settings()} (got {state_dict['settings']})"
+            )
+        state = state_dict["state"]
+        name = "state_dict['state']"
+        if not isinstance(state, dict):
+            raise ValueError(
+                f"{fn}: `{name}` must be a dict of tensors (got {type(state).__name__})"
+            )
+        expected = {f"{n}.{k}" for n, stat in self._stats.items() for k in stat._state_shapes()}
+        if set(state) != expected:
+            missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
+            raise ValueError(
+                f"{fn}: `{name}` must have exactly the keys {sorted(expected)} (got missing "
+                f"{missing}, extra {extra})"
+            )
+        arrays = {}
+        for stat_name, stat in self._stats.items():
+            prefix = f"{stat_name}."
+            own = {
+                k: v
+                for k, v in state.items()
+                if k.startswith(prefix) and k[len(prefix) :] in stat._state_shapes()
+            }
+            arrays[stat_name] = stat._checked(own, fn, name, prefix)
+        for stat_name, stat in self._stats.items():
+            stat._set(arrays[stat_name])
         return self
 
     def compute(self, level: float | None = None) -> dict[str, Interval]:

@@ -28,6 +28,7 @@ from bensemble._validation import check_bool, check_n_bins, check_positive_int
 from bensemble.metrics._binning import bin_sums, grid_edges, uniform_bin_ids
 from bensemble.metrics._bins import CalibrationBins
 from bensemble.metrics.intervals._interval import Interval, l1_norm_interval, percentile_interval
+from bensemble.metrics.intervals._replicate_checks import check_calibration_sums
 from bensemble.metrics.intervals._replicates import (
     LEVEL,
     ReplicatesBase,
@@ -80,7 +81,8 @@ class CalibrationReplicates(ReplicatesBase):
     Args:
         n_bins: equal-width bins ``B``.
         classwise: the classwise ECE (mean over classes) instead of the top-label ECE.
-        num_classes: ``K`` (required with ``classwise=True``: the state has one row per class).
+        num_classes: ``K`` (required with ``classwise=True``: the state has one row per class;
+            with the top-label ECE optional, and then every chunk must have ``K`` columns).
         n_replicates: bootstrap replicates ``R``.
 
     Example:
@@ -118,18 +120,23 @@ class CalibrationReplicates(ReplicatesBase):
             self.num_classes = num_classes
         self.groups = self.num_classes if self.classwise else 1
         super().__init__(n_replicates)
-        zeros = np.zeros((self.groups, self.n_bins))
-        self._extra = {"counts": zeros, "sum_confidence": zeros.copy(), "sum_correct": zeros.copy()}
 
     def _sums_shape(self) -> tuple[int, ...]:
         return (self.groups * self.n_bins, self.n_replicates + 1)
+
+    def _extra_shapes(self) -> dict[str, tuple[int, ...]]:
+        shape = (self.groups, self.n_bins)
+        return {"counts": shape, "sum_confidence": shape, "sum_correct": shape}
+
+    def _check_sums(self, state: dict[str, torch.Tensor], where: str, prefix: str = "") -> None:
+        check_calibration_sums(state, where, self.groups, prefix)
 
     def _settings(self) -> dict[str, Any]:
         return {
             "n_replicates": self.n_replicates,
             "n_bins": self.n_bins,
             "classwise": self.classwise,
-            "num_classes": self.num_classes if self.classwise else None,
+            "num_classes": self.num_classes,
         }
 
     def _prepare(self, probs: Any, labels: Any) -> tuple[int, dict[str, np.ndarray]]:
@@ -138,7 +145,7 @@ class CalibrationReplicates(ReplicatesBase):
         fn = self._fn + ".update"
         p, y = _check_probs_targets(probs, labels, fn, False)
         p, y = p.cpu(), y.cpu()
-        if self.classwise and p.shape[1] != self.num_classes:
+        if self.num_classes is not None and p.shape[1] != self.num_classes:
             raise ValueError(
                 f"{fn}: `probs` must have num_classes = {self.num_classes} columns "
                 f"(got {p.shape[1]})"

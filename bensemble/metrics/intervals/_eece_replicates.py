@@ -41,6 +41,7 @@ from bensemble._validation import (
 )
 from bensemble.metrics.intervals._calibration_replicates import sparse_sums
 from bensemble.metrics.intervals._interval import Interval, l1_norm_interval
+from bensemble.metrics.intervals._replicate_checks import check_eece_sums
 from bensemble.metrics.intervals._replicates import (
     LEVEL,
     ReplicatesBase,
@@ -66,8 +67,8 @@ class EECEReplicates(ReplicatesBase):
     * ``point_bins``: ``[G, c]`` (or ``[c]``, shared by every group) bin ids in ``[0, n_slots)``,
       e.g. ``EECEDetails.point_bins`` or :func:`~bensemble.metrics.assign_bins` of fixed
       centroids;
-    * ``eu``: reported epistemic uncertainty ``[c]`` (binary) or ``[c, K]``; default the member
-      variance ``Var_h p_h`` (divisor ``H``), as the metric.
+    * ``eu``: reported epistemic uncertainty ``[c]`` (binary) or ``[c, K]``, non-negative;
+      default the member variance ``Var_h p_h`` (divisor ``H``), as the metric.
 
     Args:
         n_members: ``H``.
@@ -110,6 +111,9 @@ class EECEReplicates(ReplicatesBase):
     def _sums_shape(self) -> tuple[int, ...]:
         return (self.n_groups * self.n_slots * self.width, self.n_replicates + 1)
 
+    def _check_sums(self, state: dict[str, torch.Tensor], where: str, prefix: str = "") -> None:
+        check_eece_sums(state, where, (self.n_groups, self.n_slots, self.n_members), prefix)
+
     def _settings(self) -> dict[str, Any]:
         return {
             "n_replicates": self.n_replicates,
@@ -143,12 +147,16 @@ class EECEReplicates(ReplicatesBase):
         else:
             eu_t = as_float_tensor(eu, "eu", fn).to(_F64).cpu()
             check_finite(eu_t, "eu", fn)
-            eu_t = eu_t.reshape(c, -1) if eu_t.ndim == 1 and g == 1 else eu_t
-            if tuple(eu_t.shape) != (c, g):
+            if eu_t.numel() and float(eu_t.min()) < 0:
                 raise ValueError(
-                    f"{fn}: `eu` must have shape [{c}]{'' if g == 1 else f' / [{c}, {g}]'} "
-                    f"(got {tuple(eu_t.shape)})"
+                    f"{fn}: `eu` must be non-negative (got a minimum of {float(eu_t.min()):.4g})"
                 )
+            if tuple(eu_t.shape) not in ([(c,), (c, 1)] if g == 1 else [(c, g)]):
+                raise ValueError(
+                    f"{fn}: `eu` must have shape {[c] if g == 1 else [c, g]} (got "
+                    f"{list(eu_t.shape)})"
+                )
+            eu_t = eu_t.reshape(c, g)
         gaps = outcome[None] - cols  # [H, c, G]
         # per group: count, EU, Q and the H members (rows 0, 2, 3, 4.. of the bin); the outcome
         # (row 1) is non-zero in one group only (the label's class), so one entry per sample

@@ -16,15 +16,19 @@ per-bin sums of the EECE.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
 import torch
 
 from bensemble._validation import as_float_tensor, check_finite, check_option, to_tensor
+from bensemble.metrics._state import _same_settings
+from bensemble.metrics._state_checks import check_state_tensors
 from bensemble.metrics.intervals._interval import Interval, percentile_interval
+from bensemble.metrics.intervals._replicate_checks import check_mean_sums
 
-__all__ = ["MeanReplicates", "check_replicates", "ReplicatesBase"]
+__all__ = ["MeanReplicates", "ReplicatesBase", "check_replicates", "check_state_dict_keys"]
 
 _F64 = torch.float64
 #: Most float64 numbers one replicate state may hold (1 GiB); a larger one is refused.
@@ -84,7 +88,13 @@ class ReplicatesBase:
     Subclasses implement ``_sums_shape()``, ``_prepare(*data) -> (rows, prepared)`` (validated
     per-sample arrays of one chunk), ``_accumulate(into, prepared, rows, weights)`` (add a block
     of samples ``rows`` with weights ``[m, R + 1]`` into ``into``), ``_points(prepared)`` (extra
-    unweighted per-chunk sums, a dict; may be empty) and ``compute``.
+    unweighted per-chunk sums, a dict of the shapes ``_extra_shapes()`` declares; may be
+    empty), ``_check_sums(state, where, prefix)`` (what the sums of a loaded or merged state
+    must satisfy) and ``compute``.
+
+    Like the streaming meters, a state is refused whole or taken whole: a bad chunk, an
+    incompatible or corrupt merge partner and a tampered :meth:`load_state_dict` raise a
+    ``ValueError`` and leave the state bit-identical.
     """
 
     _fn = "ReplicatesBase"
@@ -101,7 +111,7 @@ class ReplicatesBase:
             )
         self._totals = np.zeros(self.n_replicates + 1)
         self._sums = np.zeros(self._sums_shape())
-        self._extra: dict[str, np.ndarray] = {}
+        self._extra = {k: np.zeros(shape) for k, shape in self._extra_shapes().items()}
 
     # ---------------------------------------------------------------- subclass hooks
     def _sums_shape(self) -> tuple[int, ...]:  # pragma: no cover - abstract
@@ -116,8 +126,22 @@ class ReplicatesBase:
     def _points(self, prepared: Any) -> dict[str, np.ndarray]:
         return {}
 
+    def _extra_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {}
+
+    def _check_sums(self, state: dict[str, torch.Tensor], where: str, prefix: str = "") -> None:
+        raise NotImplementedError  # pragma: no cover - abstract
+
     def _settings(self) -> dict[str, Any]:
         return {"n_replicates": self.n_replicates}
+
+    def _state_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every state array's shape, by key (what a state dict must hold)."""
+        return {
+            "totals": (self.n_replicates + 1,),
+            "sums": self._sums_shape(),
+            **self._extra_shapes(),
+        }
 
     # ---------------------------------------------------------------- state
     @property
@@ -136,10 +160,45 @@ class ReplicatesBase:
         self._sums += sums
         self._totals += totals
         for key, value in extra.items():
-            if key in self._extra:
-                self._extra[key] += value
-            else:
-                self._extra[key] = value.copy()
+            self._extra[key] += value
+
+    def _checked(self, state: Any, fn: str, name: str, prefix: str = "") -> dict[str, np.ndarray]:
+        """Float64 numpy copies of a complete state that could come from data (``state``:
+        ``{prefix + key: tensor}``); raises a ``ValueError`` naming ``name`` otherwise."""
+        meta = {  # shapes only: nothing is allocated for the reference
+            prefix + k: torch.empty(shape, dtype=torch.float64, device="meta")
+            for k, shape in self._state_shapes().items()
+        }
+        tensors = check_state_tensors(state, meta, fn, name)
+        self._check_sums(tensors, f"{fn}: `{name}", prefix)
+        return {k[len(prefix) :]: np.ascontiguousarray(v.cpu().numpy()) for k, v in tensors.items()}
+
+    def _set(self, arrays: dict[str, np.ndarray]) -> None:
+        self._totals, self._sums = arrays["totals"], arrays["sums"]
+        self._extra = {k: arrays[k] for k in self._extra_shapes()}
+
+    def state_dict(self) -> dict[str, Any]:
+        """A copy of the state: ``{"settings": {...}, "state": {name: float64 tensor}}``."""
+        return {
+            "settings": copy.deepcopy(self._settings()),
+            "state": {k: v.clone() for k, v in self.state.items()},
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> ReplicatesBase:
+        """Replace the state by one from :meth:`state_dict` of a state with the same settings.
+
+        Everything is checked before the state is replaced (keys, shapes, float64 dtype, finite
+        values, counts and sums that can come from data); a refused state dict changes nothing.
+        """
+        fn = f"{self._fn}.load_state_dict"
+        check_state_dict_keys(state_dict, fn)
+        if not _same_settings(self._settings(), state_dict["settings"]):
+            raise ValueError(
+                f"{fn}: `state_dict` must come from a state with the same settings "
+                f"{self._settings()} (got {state_dict['settings']})"
+            )
+        self._set(self._checked(state_dict["state"], fn, "state_dict['state']"))
+        return self
 
     def update(self, weights: Any, *data: Any) -> ReplicatesBase:
         """Add one chunk; returns ``self``.
@@ -159,29 +218,39 @@ class ReplicatesBase:
         self._add(sums, w.sum(0), self._points(prepared))
         return self
 
-    def _check_settings_for_merge(self, other: Any, fn: str) -> None:
-        if not isinstance(other, type(self)):
+    def _check_settings_for_merge(self, other: Any, fn: str, name: str = "other") -> None:
+        if type(other) is not type(self):
             raise ValueError(
-                f"{fn}: `other` must be a {type(self).__name__} (got {type(other).__name__})"
+                f"{fn}: `{name}` must be a {type(self).__name__} (got {type(other).__name__})"
             )
         if other is self:
             raise ValueError(
-                f"{fn}: `other` must be another state (got the state itself, whose samples "
-                "would be counted twice)"
+                f"{fn}: `{name}` must be another state (got the state itself, whose samples "
+                "would be counted twice; merge a copy.deepcopy if that is really meant)"
             )
-        if other._settings() != self._settings():
+        if not _same_settings(self._settings(), other._settings()):
             raise ValueError(
-                f"{fn}: `other` must have the same settings (got {other._settings()} vs mine "
+                f"{fn}: `{name}` must have the same settings (got {other._settings()} vs mine "
                 f"{self._settings()})"
             )
+
+    def _merge_checked(self, other: Any, fn: str, name: str = "other") -> dict[str, np.ndarray]:
+        """``other``'s arrays after every check of a merge (nothing is added yet)."""
+        self._check_settings_for_merge(other, fn, name)
+        return self._checked(other.state, fn, f"{name}.state")
+
+    def _add_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        extra = {k: arrays[k] for k in self._extra_shapes()}
+        self._add(arrays["sums"], arrays["totals"], extra)
 
     def merge(self, other: ReplicatesBase) -> ReplicatesBase:
         """Add another state of the same class and settings (another shard or worker).
 
         Both must have seen weights of one seed and disjoint global rows for the result to be
-        the state of one pass over all rows."""
-        self._check_settings_for_merge(other, f"{self._fn}.merge")
-        self._add(other._sums, other._totals, other._extra)
+        the state of one pass over all rows. ``other`` is checked whole first (class, settings,
+        a state that could come from data; not the state itself); a refused merge changes
+        nothing."""
+        self._add_arrays(self._merge_checked(other, f"{self._fn}.merge"))
         return self
 
     def _check_ready(self) -> None:
@@ -222,8 +291,14 @@ class MeanReplicates(ReplicatesBase):
         self.covers = covers
         super().__init__(n_replicates)
 
+    def _settings(self) -> dict[str, Any]:
+        return {"n_replicates": self.n_replicates, "covers": self.covers}
+
     def _sums_shape(self) -> tuple[int, ...]:
         return (self.n_replicates + 1,)
+
+    def _check_sums(self, state: dict[str, torch.Tensor], where: str, prefix: str = "") -> None:
+        check_mean_sums(state, where, prefix)
 
     def _prepare(self, values: Any) -> tuple[int, np.ndarray]:
         v = as_float_tensor(values, "values", self._fn, ndim=1)
@@ -262,3 +337,13 @@ def as_index_tensor(value: Any, name: str, fn: str) -> torch.Tensor:
 
 def check_method(method: str, fn: str, options: tuple[str, ...]) -> str:
     return check_option(method, "method", options, fn)
+
+
+def check_state_dict_keys(state_dict: Any, fn: str) -> None:
+    """A state dict is ``{"settings": ..., "state": ...}``, nothing more or less."""
+    keys = {"settings", "state"}
+    if not isinstance(state_dict, dict) or set(state_dict) != keys:
+        got = sorted(state_dict) if isinstance(state_dict, dict) else type(state_dict).__name__
+        raise ValueError(
+            f"{fn}: `state_dict` must be a dict with the keys {sorted(keys)} (got {got})"
+        )

@@ -78,7 +78,8 @@ def selective_replicates(
 
     Returns:
         ``(auroc [R + 1], aurc [R + 1])`` float64 (AUROC NaN where a replicate has no error or no
-        correct point).
+        correct point; AURC NaN where a replicate holds no sample at all, every weight 0: with
+        ``n`` samples that happens in ``exp(-n)`` of the replicates).
 
     Example:
         >>> auroc, aurc = selective_replicates([0.9, 0.8, 0.7, 0.6], [1, 1, 0, 0], range(4), 5)
