@@ -74,11 +74,27 @@ def split_key(path: str | os.PathLike) -> tuple[Path, str | None]:
     Only a suffix after ``.npz``/``.pt``/``.pth`` counts as a key, so ``C:\\data\\p.npy`` and
     other paths containing a colon are left alone.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(
+            f"split_key: `path` must be a str or os.PathLike (got {type(path).__name__})"
+        )
     text = os.fspath(path)
+    if not isinstance(text, str):
+        raise ValueError(f"split_key: `path` must name a file as text (got {type(text).__name__})")
     head, sep, key = text.rpartition(":")
     if sep and key and head.lower().endswith(_KEYED) and not os.path.exists(text):
         return Path(head), key
     return Path(text), None
+
+
+def _check_name(name: object, fn: str) -> str:
+    """``name``: what the array is, as a non-empty str (it starts every message)."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(
+            f"{fn}: `name` must be a non-empty str saying what the array is, such as "
+            f"'predictions' (got {name!r})"
+        )
+    return name
 
 
 def _check_file(file: Path, name: str) -> None:
@@ -110,6 +126,7 @@ def load_array(path: str | os.PathLike, *, name: str) -> torch.Tensor:
         InputError: The file is missing, has an unsupported extension, cannot be parsed,
             needs unpickling, or holds a non-numeric array.
     """
+    _check_name(name, "load_array")
     file, key = split_key(path)
     where = describe(f"`{name}` file", file)
     _check_file(file, name)
@@ -162,6 +179,7 @@ def open_npy_chunks(path: str | os.PathLike, *, name: str = "predictions") -> Np
         ...         print(chunks.shape, chunks.read(1, 3, axis=1)[0].tolist())
         (2, 3, 2) [[2.0, 3.0], [4.0, 5.0]]
     """
+    _check_name(name, "open_npy_chunks")
     file, key = split_key(path)
     ext = file.suffix.lower()
     if ext not in (".npy", ".npz") or (key is not None and ext != ".npz"):

@@ -63,6 +63,9 @@ class MeterCase:
     incompatible: dict[str, Callable[[], Any]] = field(default_factory=dict)
     inconsistent: dict[str, Callable[[dict[str, torch.Tensor]], None]] = field(default_factory=dict)
     torchmetrics: bool = False
+    #: state keys whose sums may be negative (the gap sums of a calibration error, a mean of
+    #: signed values): the generic "negative value" tamper does not apply to them
+    signed: tuple[str, ...] = ()
 
 
 # ----------------------------------------------------------------------------- data

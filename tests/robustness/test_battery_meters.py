@@ -1,6 +1,7 @@
-"""The meter battery (issue 19, item 1): every public streaming meter and torchmetrics class
-against bad batches, incompatible merges, tampered states, update after compute, ``forward()``
-and merges of random shards. The cases live in ``battery_meters.py``.
+"""The meter battery (issue 19, item 1): every public streaming meter and torchmetrics class,
+and every mergeable bootstrap-replicate state of ``bensemble.metrics.intervals``, against bad
+batches, incompatible merges, tampered states, update after compute, ``forward()`` and merges of
+random shards. The cases live in ``battery_meters.py`` and ``battery_replicates.py``.
 
 Every refusal is a ``ValueError`` and leaves the object bit-identical (state tensors, their
 dtypes, the class / member counts it has seen, torchmetrics' update count); afterwards the object
@@ -14,19 +15,21 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from battery_meters import METER_NAMES, N, cases, data  # noqa: E402
+from battery_replicates import REPLICATE_NAMES, replicate_cases  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:The ``compute`` method:UserWarning",
     "ignore:.*look like probabilities.*:UserWarning",
 )
 
-CASES = cases()
+CASES = cases() + replicate_cases()
 REL = 1e-10  # float64 sums over at most N = 240 rows, merged in another order
 FIRST, SECOND = torch.arange(0, 100), torch.arange(100, N)
 
@@ -40,8 +43,18 @@ def _update(obj, args):
     return obj
 
 
+def _interval(out) -> tuple[float, ...]:
+    return (out.point, out.low, out.high, out.estimate)
+
+
 def _value(obj) -> tuple[float, ...]:
+    from bensemble.metrics.intervals import Interval
+
     out = obj.compute()
+    if isinstance(out, Interval):  # a replicate state
+        return _interval(out)
+    if isinstance(out, dict) and all(isinstance(v, Interval) for v in out.values()):
+        return tuple(x for k in sorted(out) for x in _interval(out[k]))  # ReplicateState
     if isinstance(out, dict):
         return tuple(float(out[k]) for k in ("total", "aleatoric", "epistemic"))
     return (float(out),)
@@ -75,6 +88,14 @@ def snapshot(obj) -> dict:
 
 
 def same(a, b) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):  # replicate states' sums
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and a.tobytes() == b.tobytes()
+        )
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return (
             isinstance(a, torch.Tensor)
@@ -88,6 +109,8 @@ def same(a, b) -> bool:
         return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):
         return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if hasattr(a, "_fn") and hasattr(a, "__dict__"):  # a statistic inside a ReplicateState
+        return type(a) is type(b) and same(vars(a), vars(b))
     return a == b
 
 
@@ -124,9 +147,25 @@ def test_meter_names_are_every_public_meter_and_torchmetrics_class():
     assert len(METER_NAMES) == len(set(METER_NAMES))
 
 
+def test_replicate_names_are_every_public_replicate_state():
+    from bensemble.metrics import intervals
+    from bensemble.metrics.intervals._replicates import ReplicatesBase
+
+    public = {
+        name
+        for name in intervals.__all__
+        if isinstance(getattr(intervals, name), type)
+        and (
+            issubclass(getattr(intervals, name), ReplicatesBase)
+            or getattr(intervals, name) is intervals.ReplicateState
+        )
+    }
+    assert set(REPLICATE_NAMES) == public
+
+
 def test_every_name_has_a_case():
     pytest.importorskip("torchmetrics")
-    assert {c.class_name for c in CASES} == set(METER_NAMES)
+    assert {c.class_name for c in CASES} == set(METER_NAMES) | set(REPLICATE_NAMES)
 
 
 # ----------------------------------------------------------------------------- bad batches
@@ -249,7 +288,8 @@ def _tampers(case):
         out[f"{key}-int64"] = lambda s, k=key: s.__setitem__(k, s[k].long())
         out[f"{key}-nan"] = lambda s, k=key: s[k].reshape(-1).__setitem__(0, float("nan"))
         out[f"{key}-inf"] = lambda s, k=key: s[k].reshape(-1).__setitem__(0, float("inf"))
-        out[f"{key}-negative"] = lambda s, k=key: s[k].reshape(-1).__setitem__(0, -1.0)
+        if key not in case.signed:
+            out[f"{key}-negative"] = lambda s, k=key: s[k].reshape(-1).__setitem__(0, -1.0)
         out[f"{key}-list"] = lambda s, k=key: s.__setitem__(k, s[k].tolist())
         out[f"{key}-missing"] = lambda s, k=key: s.pop(k)
     out["extra-key"] = lambda s: s.__setitem__("bogus", torch.zeros(1, dtype=torch.float64))
@@ -278,6 +318,28 @@ def test_tampered_state_is_refused_and_keeps_the_state(case, tamper, path):
     before = snapshot(obj)
     with pytest.raises(ValueError, match=r"\w+(\.\w+)?: `"):
         obj.load_state_dict(sd) if path == "load" else obj.merge_state(sd)
+    assert same(snapshot(obj), before)
+    _close(_value(obj), _expected(case, SECOND))
+
+
+def _inconsistent_params():
+    return [
+        pytest.param(case, key, id=f"{case.id}-{key}")
+        for case in CASES
+        if not case.torchmetrics
+        for key in case.inconsistent
+    ]
+
+
+@pytest.mark.parametrize(("case", "tamper"), _inconsistent_params())
+def test_merge_with_a_corrupt_partner_is_refused_and_keeps_the_state(case, tamper):
+    """A partner whose live state was edited in place (sums no data could give) is refused."""
+    partner = _fed(case)
+    case.inconsistent[tamper](partner.state)
+    obj = _update(case.make(), case.batch(SECOND))
+    before = snapshot(obj)
+    with pytest.raises(ValueError, match=r"\w+(\.\w+)?: `other"):
+        obj.merge(partner)
     assert same(snapshot(obj), before)
     _close(_value(obj), _expected(case, SECOND))
 
