@@ -317,17 +317,13 @@ def require(ok: bool, fn: str, key: str, expectation: str, got: Callable[[], str
 
 
 def shape_is(t: torch.Tensor, shape: tuple[int, ...], fn: str, key: str) -> None:
-    require(
-        tuple(t.shape) == shape, fn, key, f"have shape {shape}", lambda: f"{tuple(t.shape)}"
-    )
+    require(tuple(t.shape) == shape, fn, key, f"have shape {shape}", lambda: f"{tuple(t.shape)}")
 
 
 def in_unit_interval(t: torch.Tensor, fn: str, key: str) -> None:
     lo = float(t.min()) if t.numel() else 0.0
     hi = float(t.max()) if t.numel() else 1.0
-    require(
-        lo >= 0.0 and hi <= 1.0, fn, key, "lie in [0, 1]", lambda: f"values in [{lo}, {hi}]"
-    )
+    require(lo >= 0.0 and hi <= 1.0, fn, key, "lie in [0, 1]", lambda: f"values in [{lo}, {hi}]")
 
 
 def log_floor(p: torch.Tensor) -> torch.Tensor:
