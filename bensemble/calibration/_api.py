@@ -68,9 +68,11 @@ class ScalerAPI:
             Probabilities of the input's shape: float32 / float64 as the input (half-precision
             and integer inputs give float32 / the default dtype), no gradients.
         """
-        dtype = output_dtype(logits)
+        fn = f"{type(self).__name__}.predict_proba"
+        raw = logits if isinstance(logits, torch.Tensor) else to_tensor(logits, "logits", fn)
+        dtype = output_dtype(raw)
         with torch.no_grad():
-            z = self(logits).detach()  # type: ignore[operator]
+            z = self(raw).detach()  # type: ignore[operator]
             return torch.softmax(z.to(torch.promote_types(z.dtype, dtype)), dim=-1).to(dtype)
 
 
@@ -112,7 +114,7 @@ def read_probs(
     """
     raw = to_tensor(value, name, fn)
     binary_1d, _ = check_fitted_layout(raw, fn, name, num_classes)
-    dtype = output_dtype(value)
+    dtype = output_dtype(raw)
     if not binary_1d:
         p = as_probs(raw, name, fn, from_logits=from_logits, ndim=2, dtype=_F64)
         return p, False, dtype

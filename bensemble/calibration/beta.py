@@ -193,7 +193,8 @@ class BetaCalibration(ProbabilityCalibrator):
 
     def _apply_map(self, p: torch.Tensor) -> torch.Tensor:
         cols, _ = one_vs_all_columns(p)
-        eta = (beta_features(cols) * self.coef[:, None, :]).sum(dim=-1)
+        x, coef = beta_features(cols), self.coef[:, None, :]
+        eta = x[..., 0] * coef[..., 0] + x[..., 1] * coef[..., 1] + coef[..., 2]  # no reduction
         return combine_one_vs_all(torch.sigmoid(eta).T, p.shape[1])
 
     def _check_state(self, state: dict[str, torch.Tensor], k: int, fn: str) -> None:

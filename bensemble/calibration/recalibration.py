@@ -140,9 +140,9 @@ class EpistemicRecalibrator(nn.Module):
     # ---------------------------------------------------------------- inputs
     def _member_logits(self, value: Any, fn: str) -> tuple[torch.Tensor, torch.dtype]:
         """Float64 member logits ``[M, N, K]`` (``K = 2`` for binary input) and output dtype."""
-        dtype = output_dtype(value)
+        t = to_tensor(value, "member_probs", fn)
+        dtype = output_dtype(t)
         if self.from_logits:
-            t = to_tensor(value, "member_probs", fn)
             want = 2 if self.binary else 3
             if t.ndim != want:
                 form = "[M, N] log-odds (binary=True)" if self.binary else "[M, N, K] logits"
@@ -154,7 +154,7 @@ class EpistemicRecalibrator(nn.Module):
             if self.binary:
                 z = torch.stack([torch.zeros_like(z), z], dim=-1)
         else:
-            p = as_member_stack(value, "member_probs", fn, binary=self.binary, dtype=_F64)
+            p = as_member_stack(t, "member_probs", fn, binary=self.binary, dtype=_F64)
             if self.binary:
                 p = torch.stack([1.0 - p, p], dim=-1)
             z = log_floor(p)

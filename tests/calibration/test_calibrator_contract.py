@@ -1,0 +1,414 @@
+"""One contract for every post-hoc calibrator (issue 20 item 3, issue 24 items 1-2).
+
+Each :class:`Case` says how to build a calibrator, what it is fitted on and what it predicts. Every
+case meets every check: ``fit`` returns ``self`` and is deterministic; outputs never track
+gradients and do not depend on the container (tensor / numpy) or on how the rows are batched;
+a refused input raises a ``ValueError`` naming an argument and keeps the previous fit; deepcopy,
+``state_dict`` and a weights-only ``torch.save`` keep the predictions; a bad state is refused with
+the key named, leaving the module as it was. (The same cases, one line each, are what the estimator
+battery of tests/robustness takes once it lands.)
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import re
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bensemble.calibration import (
+    BetaCalibration,
+    DirichletCalibration,
+    EpistemicRecalibrator,
+    HistogramBinningCalibration,
+    IsotonicCalibration,
+    MatrixScaling,
+    TemperatureScaling,
+    VectorScaling,
+)
+
+F64 = torch.float64
+K = 3
+
+
+def _logits(n=120, seed=12, bad=False):
+    g = torch.Generator().manual_seed(seed)
+    y = torch.arange(n) % K
+    z = torch.randn(n, K, generator=g, dtype=F64) + 2.0 * torch.nn.functional.one_hot(y, K)
+    if bad:
+        z[5, 1] = float("nan")
+    return z, y
+
+
+def _probs(n=120, seed=12, bad=False):
+    z, y = _logits(n, seed)
+    p = (1.5 * z).softmax(-1)
+    if bad:
+        p[5, 1] = float("nan")
+    return p, y
+
+
+def _members(n=120, seed=12, bad=False):
+    z, y = _logits(n, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    members = (z + 0.7 * torch.randn(4, n, K, generator=g, dtype=F64)).softmax(-1)
+    if bad:
+        members[1, 5, 1] = float("nan")
+    return members, y
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    build: Callable[[], Any]
+    data: Callable[..., tuple[torch.Tensor, torch.Tensor]]  # data(n=, seed=, bad=)
+    fitted_first: bool  # predicting before fit raises (True) or is the identity (False)
+    rows_axis: int = 0  # the sample axis of the input (1 for member stacks)
+
+
+CASES = [
+    Case("TemperatureScaling", TemperatureScaling, _logits, False),
+    Case("VectorScaling", lambda: VectorScaling(K), _logits, False),
+    Case("MatrixScaling", lambda: MatrixScaling(K, off_diagonal_l2=1e-3), _logits, False),
+    Case("IsotonicCalibration", IsotonicCalibration, _probs, True),
+    Case("HistogramBinningCalibration", lambda: HistogramBinningCalibration(8), _probs, True),
+    Case("BetaCalibration", BetaCalibration, _probs, True),
+    Case("DirichletCalibration", lambda: DirichletCalibration(1e-2, 1e-2), _probs, True),
+    Case("EpistemicRecalibrator", EpistemicRecalibrator, _members, False, rows_axis=1),
+]
+PARAMS = [pytest.param(case, id=case.name) for case in CASES]
+
+
+def _fit(case: Case, est: Any, **kw: Any) -> Any:
+    x, y = case.data(**kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # e.g. a fit at a bound
+        return est.fit(x, y)
+
+
+def _fitted(case: Case) -> Any:
+    est = case.build()
+    _fit(case, est)
+    return est
+
+
+def _predict(est: Any, x: Any) -> torch.Tensor:
+    return est.predict_proba(x)
+
+
+def _names_an_argument(err: Exception) -> bool:
+    return bool(re.search(r"`[A-Za-z_][A-Za-z0-9_.\[\]]*`", str(err)))
+
+
+@pytest.mark.parametrize("case", PARAMS)
+def test_repr_before_and_after_fit(case):
+    est = case.build()
+    assert type(est).__name__ in repr(est)
+    assert repr(_fitted(case)) != "" and type(est).__name__ in repr(_fitted(case))
+
+
+@pytest.mark.parametrize("case", PARAMS)
+def test_predict_before_fit(case):
+    x, _ = case.data()
+    est = case.build()
+    if case.fitted_first:
+        with pytest.raises(ValueError, match=r"fit\(") as info:
+            est.transform(x)
+        assert _names_an_argument(info.value) or "not fitted" in str(info.value)
+    else:  # the unfitted scalers and the recalibrator: their initial map (the identity, or
+        # z / init_temp for temperature scaling)
+        scale = 1.5 if case.name == "TemperatureScaling" else 1.0
+        torch.testing.assert_close(est.transform(x), x / scale, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", PARAMS)
+def test_fit_returns_self_and_two_fits_agree(case):
+    x, _ = case.data()
+    first = case.build()
+    assert _fit(case, first) is first
+    second = _fitted(case)
+    assert torch.equal(_predict(first, x), _predict(second, x))
+
+
+@pytest.mark.parametrize("case", PARAMS)
+def test_fit_leaves_its_inputs_alone(case):
+    x, y = case.data()
+    x0, y0 = x.clone(), y.clone()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        case.build().fit(x, y)
+    assert torch.equal(x, x0) and torch.equal(y, y0)
+
+
+@pytest.mark.parametrize("case", PARAMS)
+def test_bad_input_is_a_value_error_and_keeps_the_fit(case):
+    x, y = case.data()
+    est = _fitted(case)
+    before = _predict(est, x)
+    with pytest.raises(ValueError) as info:
+        _fit(case, est, bad=True)
+    assert _names_an_argument(info.value), str(info.value)
+    with pytest.raises(ValueError) as info:
+        est.fit(x, y[:-1])  # one label short
+    assert "`labels`" in str(info.value)
+    with pytest.raises(ValueError) as info:
+        est.fit(x, y.double())  # float labels
+    assert "`labels`" in str(info.value)
+    assert torch.equal(_predict(est, x), before)
+
+
+@pytest.mark.parametrize("case", PARAMS)
+def test_outputs_never_track_gradients(case):
+    x, _ = case.data()
+    est = _fitted(case)
+    grad_x = x.clone().requires_grad_()
+    for out in (est.transform(grad_x), est.predict_proba(grad_x), est.transform(x.numpy())):
+        assert isinstance(out, torch.Tensor) and not out.requires_grad
+    assert est.predict_proba(x).numpy().dtype == np.float64  # .numpy() just works (issue 20)
+
+
+@pytest.mark.parametrize("case", PARAMS)
+def test_numpy_and_tensor_inputs_agree_and_dtypes_follow_the_input(case):
+    x, _ = case.data()
+    est = _fitted(case)
+    torch.testing.assert_close(est.predict_proba(x.numpy()), est.predict_proba(x), rtol=0, atol=0)
+    out32 = est.predict_proba(x.float())
+    assert out32.dtype == torch.float32 and est.predict_proba(x).dtype == F64
+    torch.testing.assert_close(out32.double(), est.predict_proba(x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", PARAMS)
+def test_predict_proba_rows_lie_on_the_simplex(case):
+    x, _ = case.data(seed=3)
+    q = _fitted(case).predict_proba(x)
+    assert bool(((q >= 0) & (q <= 1)).all())
+    torch.testing.assert_close(q.sum(-1), torch.ones(q.shape[:-1], dtype=F64), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", PARAMS)
+@given(data=st.data())
+def test_transform_does_not_depend_on_batching(case, data):
+    """Row-wise maps: any split of the rows into chunks gives the rows of the whole (the
+    streaming contract: fit once, transform chunk by chunk)."""
+    est = _FITTED[case.name]
+    x, _ = case.data(n=57, seed=data.draw(st.integers(0, 50), label="seed"))
+    n = x.shape[case.rows_axis]
+    cuts = sorted(data.draw(st.sets(st.integers(1, n - 1), max_size=4), label="cuts"))
+    bounds = [0, *cuts, n]
+    pieces = [
+        est.transform(x.narrow(case.rows_axis, a, b - a)) for a, b in zip(bounds[:-1], bounds[1:])
+    ]
+    # float64 rows, reductions over at most K terms: K eps relative, whatever the batch kernel
+    torch.testing.assert_close(
+        torch.cat(pieces, dim=case.rows_axis), est.transform(x), rtol=1e-13, atol=1e-15
+    )
+
+
+_FITTED = {case.name: _fitted(case) for case in CASES}
+
+
+@pytest.mark.parametrize("case", PARAMS)
+@given(seed=st.integers(0, 2**16))
+def test_fit_does_not_depend_on_the_order_of_the_calibration_rows(case, seed):
+    x, y = case.data()
+    perm = torch.randperm(y.shape[0], generator=torch.Generator().manual_seed(seed))
+    est = case.build()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        est.fit(x.index_select(case.rows_axis, perm), y[perm])
+    # sums in another order: float64 rounding, amplified by the optimisers' stopping rules
+    tol = 0 if case.name in ("IsotonicCalibration", "HistogramBinningCalibration") else 1e-6
+    torch.testing.assert_close(
+        est.predict_proba(x), _FITTED[case.name].predict_proba(x), rtol=0, atol=tol
+    )
+
+
+@pytest.mark.parametrize("case", PARAMS)
+def test_deepcopy_state_dict_and_weights_only_save_keep_the_fit(case):
+    x, _ = case.data(seed=4)
+    est = _fitted(case)
+    want = _predict(est, x)
+    assert torch.equal(_predict(copy.deepcopy(est), x), want)
+    other = case.build()
+    other.load_state_dict(est.state_dict())
+    assert torch.equal(_predict(other, x), want)
+    buffer = io.BytesIO()
+    torch.save(est.state_dict(), buffer)
+    buffer.seek(0)
+    third = case.build()
+    third.load_state_dict(torch.load(buffer, weights_only=True))
+    assert torch.equal(_predict(third, x), want)
+
+
+def _corrupt(state: dict) -> list[tuple[str, dict]]:
+    """Bad copies of a state: a NaN, a wrong shape, each for every tensor entry."""
+    bad = []
+    for key, value in state.items():
+        if (
+            not isinstance(value, torch.Tensor)
+            or not value.is_floating_point()
+            or not value.numel()
+        ):
+            continue
+        nan = dict(state)
+        nan[key] = value.clone().reshape(-1).index_fill(0, torch.tensor([0]), float("nan"))
+        nan[key] = nan[key].reshape(value.shape)
+        bad.append((key, nan))
+        shaped = dict(state)
+        shaped[key] = torch.cat([value.reshape(-1), value.reshape(-1)[:1]])
+        bad.append((key, shaped))
+    return bad
+
+
+@pytest.mark.parametrize("case", PARAMS)
+def test_a_bad_state_is_refused_and_changes_nothing(case):
+    x, _ = case.data(seed=5)
+    source = _fitted(case)
+    target = _fitted(case)
+    want = _predict(target, x)
+    for key, state in _corrupt(source.state_dict()):
+        with pytest.raises(ValueError, match=f"`{re.escape(key)}`"):
+            target.load_state_dict(state)
+        assert torch.equal(_predict(target, x), want), key
+
+
+# ----------------------------------------------------------------------- the scalers (issue 20)
+def test_issue_20_snippets_work():
+    z, y = _logits()
+    ts = TemperatureScaling().fit(z, y)
+    assert ts(z).softmax(-1).numpy().shape == (120, K)  # raised before: a grad-tracking tensor
+    assert ts.temperature.grad_fn is None and not ts.temperature.requires_grad
+    assert type(ts.temperature_) is float and ts.temperature_ == ts.temperature.item()
+    vs = VectorScaling(K).fit(z.numpy(), y.numpy())
+    np.testing.assert_array_equal(vs.a_, vs.a.detach().double().numpy())
+    np.testing.assert_array_equal(vs.b_, vs.b.detach().double().numpy())
+    ms = MatrixScaling(K).fit(z, y)
+    assert ms.weight_.shape == (K, K) and ms.bias_.shape == (K,) and ms.weight_.dtype == np.float64
+    torch.testing.assert_close(ms.transform(z), ms(z), rtol=0, atol=0)
+    torch.testing.assert_close(ms.predict_proba(z), ms(z).softmax(-1), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("make", [TemperatureScaling, lambda: VectorScaling(K)])
+def test_scaler_parameters_are_frozen_until_the_user_opts_in(make):
+    scaler = make()
+    assert not any(p.requires_grad for p in scaler.parameters())
+    z, y = _logits()
+    scaler.fit(z, y)
+    assert not any(p.requires_grad for p in scaler.parameters())
+    scaler.requires_grad_(True)
+    torch.nn.functional.cross_entropy(scaler(z.float()), y).backward()
+    assert all(p.grad is not None for p in scaler.parameters())
+
+
+# --------------------------------------------------------------------- the probability inputs
+_PROB_CALIBRATORS = [
+    IsotonicCalibration,
+    lambda **kw: HistogramBinningCalibration(8, **kw),
+    BetaCalibration,
+    lambda **kw: DirichletCalibration(1e-2, 1e-2, **kw),
+]
+
+
+@pytest.mark.parametrize("make", _PROB_CALIBRATORS)
+def test_positive_class_vector_is_the_two_column_form(make):
+    g = torch.Generator().manual_seed(9)
+    p1 = torch.rand(300, generator=g, dtype=F64)
+    y = (torch.rand(300, generator=g, dtype=F64) < p1**2).long()
+    two = torch.stack([1 - p1, p1], 1)
+    a, b = make().fit(p1, y), make().fit(two, y)
+    torch.testing.assert_close(a.transform(p1), b.transform(two)[:, 1], rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(a.transform(two), b.transform(two), rtol=1e-9, atol=1e-12)
+    assert a.transform(p1).shape == (300,)
+
+
+@pytest.mark.parametrize("make", _PROB_CALIBRATORS)
+def test_from_logits_is_the_softmax_of_the_logits(make):
+    z, y = _logits()
+    a = make(from_logits=True).fit(z, y).transform(z)
+    b = make().fit(z.softmax(-1), y).transform(z.softmax(-1))
+    torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("make", _PROB_CALIBRATORS)
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        pytest.param(lambda p: p[:, :2], "classes", id="other-K"),
+        pytest.param(lambda p: p * 2, "summing to 1|probabilities", id="not-probs"),
+        pytest.param(lambda p: p[None], "shape", id="3-D"),
+        pytest.param(lambda p: -p, r"\[0, 1\]", id="negative"),
+    ],
+)
+def test_transform_refuses_bad_probabilities(make, bad, message):
+    p, y = _probs()
+    est = make().fit(p, y)
+    with pytest.raises(ValueError, match=message) as info:
+        est.transform(bad(p))
+    assert "`probs`" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "make, arg",
+    [
+        (lambda: HistogramBinningCalibration(0), "n_bins"),
+        (lambda: HistogramBinningCalibration(2.5), "n_bins"),
+        (lambda: IsotonicCalibration(from_logits="yes"), "from_logits"),
+        (lambda: BetaCalibration(max_iter=0), "max_iter"),
+        (lambda: DirichletCalibration(-1.0), "off_diagonal_l2"),
+        (lambda: DirichletCalibration(0.0, float("nan")), "intercept_l2"),
+        (lambda: EpistemicRecalibrator(spread_bounds=(2.0, 1.0)), "spread_bounds"),
+        (lambda: EpistemicRecalibrator(on_boundary="ignore"), "on_boundary"),
+    ],
+)
+def test_constructors_refuse_bad_hyperparameters(make, arg):
+    with pytest.raises(ValueError, match=f"`{arg}`"):
+        make()
+
+
+@pytest.mark.parametrize(
+    "make, key, value, expectation",
+    [
+        (lambda: HistogramBinningCalibration(8), "bin_values", lambda v: v + 2, r"\[0, 1\]"),
+        (IsotonicCalibration, "thresholds_x", lambda v: v.flip(1), "non-decreasing"),
+        (BetaCalibration, "coef", lambda v: -v.abs() - 1, "a, b >= 0"),
+    ],
+)
+def test_states_that_break_the_maps_invariants_are_refused(make, key, value, expectation):
+    p, y = _probs()
+    est = make().fit(p, y)
+    state = est.state_dict()
+    state[key] = value(state[key])
+    with pytest.raises(ValueError, match=expectation):
+        make().load_state_dict(state)
+
+
+def test_an_unfitted_state_makes_an_unfitted_calibrator():
+    p, y = _probs()
+    est = IsotonicCalibration().fit(p, y)
+    est.load_state_dict(IsotonicCalibration().state_dict())
+    assert not est.is_fitted_
+    with pytest.raises(ValueError, match="not fitted"):
+        est.transform(p)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("case", PARAMS)
+def test_cuda_fit_and_transform_match_cpu(case):
+    x, y = case.data()
+    cpu = _FITTED[case.name]
+    gpu = case.build().to("cuda")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        gpu.fit(x.cuda(), y.cuda())
+    out = gpu.predict_proba(x.cuda())
+    assert out.device.type == "cuda"
+    torch.testing.assert_close(out.cpu(), cpu.predict_proba(x), rtol=1e-6, atol=1e-6)
