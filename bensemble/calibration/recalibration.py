@@ -16,10 +16,11 @@ from bensemble._validation import (
     check_bool,
     check_option,
     check_positive_int,
+    check_probability,
     output_dtype,
     to_tensor,
 )
-from bensemble.calibration._api import checked_state_tensor, log_floor
+from bensemble.calibration._api import PROB_FLOOR, checked_state_tensor
 from bensemble.calibration._inputs import check_bounds
 from bensemble.calibration._newton import (
     DEFAULT_TEMPERATURE_BOUNDS,
@@ -47,9 +48,10 @@ class EpistemicRecalibrator(nn.Module):
     ``softmax(zbar / T)``, ordinary temperature scaling of the centre) and ``s`` stretches
     (``s > 1``) or shrinks (``s < 1``) the members' disagreement around it; ``T = s = 1`` is the
     identity, the state before :meth:`fit`. Member probabilities are read as logits through
-    ``log p`` (the map ignores per-row shifts; probabilities are floored at 1e-12, so members
-    with exact zeros stay finite); binary members ``[M, N]`` (``binary=True``) through
-    ``(log(1 - p), log p)``, i.e. the map acts on their log-odds.
+    ``log max(p, min_prob)`` (the map ignores per-row shifts; the floor keeps members with exact
+    zeros, e.g. trees, finite - and also flattens genuine probabilities below it, so lower it for
+    members spread over many orders of magnitude); binary members ``[M, N]`` (``binary=True``)
+    through ``(log(1 - p), log p)``, i.e. the map acts on their log-odds.
 
     **The fit.** ``(T, s)`` minimise the NLL of the pooled prediction ``mean_m softmax(z'_m)``
     on the calibration data (exact Newton on ``(log T, log s)`` in float64, started from the
@@ -79,6 +81,7 @@ class EpistemicRecalibrator(nn.Module):
         binary: Inputs are ``[M, N]`` positive-class predictions of a binary task.
         temperature_bounds: Admissible ``(T_min, T_max)``; default ``(e^-4, e^4)``.
         spread_bounds: Admissible ``(s_min, s_max)``; default ``(e^-7, e^4)``.
+        min_prob: Floor of the probabilities before the logarithm (``0 < min_prob < 1``).
         on_boundary: ``"warn"`` (default: warn, keep the bound) or ``"raise"``
             (:class:`~bensemble.calibration.CalibrationFitError`) when the optimum lies at an
             end of the bounds (e.g. ``s_min``: the members' spread only hurts the pooled NLL).
@@ -113,6 +116,7 @@ class EpistemicRecalibrator(nn.Module):
         binary: bool = False,
         temperature_bounds: tuple[float, float] = DEFAULT_TEMPERATURE_BOUNDS,
         spread_bounds: tuple[float, float] = DEFAULT_SPREAD_BOUNDS,
+        min_prob: float = PROB_FLOOR,
         on_boundary: str = "warn",
         max_iter: int = 100,
     ) -> None:
@@ -122,6 +126,7 @@ class EpistemicRecalibrator(nn.Module):
         self.binary = check_bool(binary, "binary", fn)
         self.temperature_bounds = check_bounds(temperature_bounds, fn)
         self.spread_bounds = _check_spread_bounds(spread_bounds, fn)
+        self.min_prob = check_probability(min_prob, "min_prob", fn)
         self.on_boundary = check_option(on_boundary, "on_boundary", ON_BOUNDARY, fn)
         self.max_iter = check_positive_int(max_iter, "max_iter", fn)
         self.register_buffer("log_temperature", torch.zeros(1, dtype=_F64))
@@ -157,7 +162,7 @@ class EpistemicRecalibrator(nn.Module):
             p = as_member_stack(t, "member_probs", fn, binary=self.binary, dtype=_F64)
             if self.binary:
                 p = torch.stack([1.0 - p, p], dim=-1)
-            z = log_floor(p)
+            z = p.clamp_min(check_probability(self.min_prob, "min_prob", fn)).log()
         if z.shape[-1] < 2:
             raise ValueError(
                 f"{fn}: `member_probs` must have at least 2 classes on its last axis (got shape "
