@@ -3,6 +3,7 @@ probability and the log complement, fitted by constrained maximum likelihood."""
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
@@ -10,7 +11,14 @@ import torch
 import torch.nn.functional as F
 
 from bensemble._validation import check_positive_int
-from bensemble.calibration._api import PROB_FLOOR, ProbabilityCalibrator, require, shape_is
+from bensemble.calibration._api import (
+    PROB_FLOOR,
+    ProbabilityCalibrator,
+    check_min_prob,
+    log_complement,
+    require,
+    shape_is,
+)
 from bensemble.calibration.histogram import combine_one_vs_all, one_vs_all_columns
 
 __all__ = ["BetaCalibration"]
@@ -22,11 +30,17 @@ _HALVINGS = 40
 _FACES = torch.tensor([[1.0, 1.0, 1.0], [0.0, 1.0, 1.0], [1.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
 
 
-def beta_features(cols: torch.Tensor) -> torch.Tensor:
-    """``[G, N, 3]`` features ``(log p, -log(1 - p), 1)`` of scores ``cols [N, G]``, with ``p``
-    clipped to ``[PROB_FLOOR, 1 - PROB_FLOOR]``."""
-    p = cols.T.clamp(PROB_FLOOR, 1.0 - PROB_FLOOR)
-    return torch.stack([p.log(), -torch.log1p(-p), torch.ones_like(p)], dim=-1)
+def beta_features(log_p: torch.Tensor, log_floor: float) -> torch.Tensor:
+    """``[G, N, 3]`` features ``(log p, -log(1 - p), 1)`` of the one-vs-all maps of
+    ``log_p [N, K]`` (``G = 1``: the positive class for ``K = 2``; ``G = K`` otherwise), both
+    logarithms floored at ``log_floor``. ``log(1 - p)`` is the log-sum of the other classes'
+    probabilities, exact near ``p = 1``."""
+    if log_p.shape[1] == 2:
+        own, rest = log_p[:, 1:], log_p[:, :1]
+    else:
+        own, rest = log_p, log_complement(log_p)
+    own, rest = own.T.clamp_min(log_floor), rest.T.clamp_min(log_floor)
+    return torch.stack([own, -rest, torch.ones_like(own)], dim=-1)
 
 
 def _mean_nll(x: torch.Tensor, t: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
@@ -83,18 +97,18 @@ def fit_logistic_faces(
 
 
 def fit_beta(
-    cols: torch.Tensor, targets: torch.Tensor, max_iter: int
+    x: torch.Tensor, targets: torch.Tensor, max_iter: int
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """The constrained MLE ``(a, b, c)`` with ``a, b >= 0`` of each column ``[N, G]``.
+    """The constrained MLE ``(a, b, c)`` with ``a, b >= 0`` of each map: features ``x [G, N, 3]``
+    (:func:`beta_features`), 0/1 targets ``[N, G]``.
 
     The NLL is convex, so the constrained optimum is the best feasible optimum of the four faces
     (``a, b`` free; ``a = 0``; ``b = 0``; both 0); all ``4 G`` problems run as one batch.
 
     Returns ``(coef [G, 3], max |gradient| [G], iterations)``.
     """
-    n_groups = cols.shape[1]
-    x = beta_features(cols)
-    faces = _FACES.to(device=cols.device, dtype=_F64)
+    n_groups = x.shape[0]
+    faces = _FACES.to(device=x.device, dtype=_F64)
     xb = x.repeat(4, 1, 1)  # [4G, N, 3], face-major
     tb = targets.T.repeat(4, 1)
     mask = faces.repeat_interleave(n_groups, dim=0)
@@ -121,7 +135,9 @@ class BetaCalibration(ProbabilityCalibrator):
     minimise the mean NLL subject to ``a, b >= 0`` (which keeps the map non-decreasing): a
     Newton solve on each face of the constraint, the best feasible one kept, which is the exact
     constrained optimum of this convex problem (the ``betacal`` package refits one face
-    heuristically). Probabilities are clipped to ``[1e-12, 1 - 1e-12]`` before the logarithms.
+    heuristically). ``log(1 - p)`` is computed from the other classes' probabilities (exact
+    near ``p = 1``), from logits both logarithms are exact, and both are floored at
+    ``log(min_prob)`` (default ``log 1e-300``: only exact zeros are changed).
     With ``K > 2`` classes each class gets its own one-vs-all map and each row is divided by its
     sum (netcal's multi-class variant is a multinomial model instead).
 
@@ -132,6 +148,8 @@ class BetaCalibration(ProbabilityCalibrator):
 
     Args:
         max_iter: Newton iteration budget.
+        min_prob: Floor of ``p`` and ``1 - p`` before the logarithms (``0 < min_prob < 1``);
+            exact zeros (trees) need one.
         from_logits: Whether ``fit`` / ``transform`` receive logits instead of probabilities.
 
     Attributes:
@@ -153,13 +171,17 @@ class BetaCalibration(ProbabilityCalibrator):
     _name = "BetaCalibration"
     _state_names = ("coef",)
 
-    def __init__(self, max_iter: int = 100, *, from_logits: bool = False) -> None:
+    def __init__(
+        self, max_iter: int = 100, *, min_prob: float = PROB_FLOOR, from_logits: bool = False
+    ) -> None:
         super().__init__(from_logits=from_logits)
         self.max_iter = check_positive_int(max_iter, "max_iter", self._name)
+        self.min_prob = check_min_prob(min_prob, self._name)
 
     def _check_hyperparameters(self, fn: str) -> None:
         super()._check_hyperparameters(fn)
         check_positive_int(self.max_iter, "max_iter", fn)
+        check_min_prob(self.min_prob, fn)
 
     def _parameter(self, column: int) -> Any:
         self._require_fit(f"{self._name}.{'abc'[column]}_")
@@ -177,9 +199,10 @@ class BetaCalibration(ProbabilityCalibrator):
     def c_(self) -> Any:
         return self._parameter(2)
 
-    def _fit_map(self, p: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
-        cols, targets = one_vs_all_columns(p, y)
-        coef, gmax, it = fit_beta(cols, targets, self.max_iter)
+    def _fit_map(self, p: torch.Tensor, log_p: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
+        _, targets = one_vs_all_columns(p, y)
+        x = beta_features(log_p, math.log(self.min_prob))
+        coef, gmax, it = fit_beta(x, targets, self.max_iter)
         converged = bool((gmax <= _GTOL * 100).all())
         if not converged:
             warnings.warn(
@@ -191,9 +214,8 @@ class BetaCalibration(ProbabilityCalibrator):
             )
         return {"coef": coef, "converged_": converged, "n_iter_": it}
 
-    def _apply_map(self, p: torch.Tensor) -> torch.Tensor:
-        cols, _ = one_vs_all_columns(p)
-        x, coef = beta_features(cols), self.coef[:, None, :]
+    def _apply_map(self, p: torch.Tensor, log_p: torch.Tensor) -> torch.Tensor:
+        x, coef = beta_features(log_p, math.log(self.min_prob)), self.coef[:, None, :]
         eta = x[..., 0] * coef[..., 0] + x[..., 1] * coef[..., 1] + coef[..., 2]  # no reduction
         return combine_one_vs_all(torch.sigmoid(eta).T, p.shape[1])
 

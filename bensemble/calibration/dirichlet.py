@@ -3,6 +3,7 @@ off-diagonal and intercept regularisation (ODIR) that keeps it from over-fitting
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
@@ -10,7 +11,12 @@ import torch
 import torch.nn.functional as F
 
 from bensemble._validation import check_positive, check_positive_int
-from bensemble.calibration._api import ProbabilityCalibrator, log_floor, shape_is
+from bensemble.calibration._api import (
+    PROB_FLOOR,
+    ProbabilityCalibrator,
+    check_min_prob,
+    shape_is,
+)
 from bensemble.calibration._lbfgs import CONVERGENCE_GTOL, minimise
 
 __all__ = ["DirichletCalibration"]
@@ -51,7 +57,8 @@ class DirichletCalibration(ProbabilityCalibrator):
     per-class scaling (``lambda``) and no shift (``mu``) while leaving the diagonal free; the
     paper selects both by cross-validation, typically among powers of ten. The problem is convex;
     it is solved in float64 by L-BFGS with a strong-Wolfe line search from the identity map.
-    Probabilities are floored at 1e-12 before the logarithm. With ``lambda = mu = 0`` this is
+    From logits the log-probabilities are exact (``log_softmax``); they are floored at
+    ``log(min_prob)`` (default ``log 1e-300``: only exact zeros are changed). With ``lambda = mu = 0`` this is
     unpenalised multinomial logistic regression on ``log p``, which the tests match with
     scikit-learn to 1e-6 (and the penalised objective with scipy's L-BFGS-B).
 
@@ -59,6 +66,8 @@ class DirichletCalibration(ProbabilityCalibrator):
         off_diagonal_l2: ``lambda >= 0``.
         intercept_l2: ``mu >= 0``.
         max_iter: L-BFGS iteration budget.
+        min_prob: Floor of the probabilities before the logarithm (``0 < min_prob < 1``); exact
+            zeros (trees) need one.
         from_logits: Whether ``fit`` / ``transform`` receive logits instead of probabilities.
 
     Attributes:
@@ -86,6 +95,7 @@ class DirichletCalibration(ProbabilityCalibrator):
         intercept_l2: float = 0.0,
         *,
         max_iter: int = 200,
+        min_prob: float = PROB_FLOOR,
         from_logits: bool = False,
     ) -> None:
         super().__init__(from_logits=from_logits)
@@ -95,6 +105,7 @@ class DirichletCalibration(ProbabilityCalibrator):
         )
         self.intercept_l2 = check_positive(intercept_l2, "intercept_l2", fn, allow_zero=True)
         self.max_iter = check_positive_int(max_iter, "max_iter", fn)
+        self.min_prob = check_min_prob(min_prob, fn)
 
     @property
     def weight_(self) -> Any:
@@ -111,11 +122,15 @@ class DirichletCalibration(ProbabilityCalibrator):
         check_positive(self.off_diagonal_l2, "off_diagonal_l2", fn, allow_zero=True)
         check_positive(self.intercept_l2, "intercept_l2", fn, allow_zero=True)
         check_positive_int(self.max_iter, "max_iter", fn)
+        check_min_prob(self.min_prob, fn)
 
-    def _fit_map(self, p: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
+    def _features(self, log_p: torch.Tensor) -> torch.Tensor:
+        return log_p.clamp_min(math.log(self.min_prob))
+
+    def _fit_map(self, p: torch.Tensor, log_p: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
         fn = f"{self._name}.fit"
         k = p.shape[1]
-        log_p = log_floor(p)
+        log_p = self._features(log_p)
         lam, mu = float(self.off_diagonal_l2), float(self.intercept_l2)
 
         def objective(params: list[torch.Tensor]) -> torch.Tensor:
@@ -150,8 +165,8 @@ class DirichletCalibration(ProbabilityCalibrator):
             "nll_": nll,
         }
 
-    def _apply_map(self, p: torch.Tensor) -> torch.Tensor:
-        return torch.softmax(log_floor(p) @ self.weight.T + self.bias, dim=1)
+    def _apply_map(self, p: torch.Tensor, log_p: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self._features(log_p) @ self.weight.T + self.bias, dim=1)
 
     def _check_state(self, state: dict[str, torch.Tensor], k: int, fn: str) -> None:
         shape_is(state["weight"], (k, k), fn, "weight")

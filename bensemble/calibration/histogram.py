@@ -110,7 +110,7 @@ class HistogramBinningCalibration(ProbabilityCalibrator):
         super()._check_hyperparameters(fn)
         check_n_bins(self.n_bins, fn)
 
-    def _fit_map(self, p: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
+    def _fit_map(self, p: torch.Tensor, log_p: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
         cols, targets = one_vs_all_columns(p, y)
         n_groups, n_bins = cols.shape[1], self.n_bins
         ids = equal_width_ids(cols, n_bins) + n_bins * torch.arange(n_groups, device=p.device)
@@ -123,7 +123,7 @@ class HistogramBinningCalibration(ProbabilityCalibrator):
             "bin_counts_": counts.view(n_groups, n_bins).to(torch.int64),
         }
 
-    def _apply_map(self, p: torch.Tensor) -> torch.Tensor:
+    def _apply_map(self, p: torch.Tensor, log_p: torch.Tensor) -> torch.Tensor:
         cols, _ = one_vs_all_columns(p)
         ids = equal_width_ids(cols, self.n_bins)  # [N, G]
         q = self.bin_values.T.gather(0, ids)  # bin_values.T [B, G]; q[n, g] = values[g, ids]

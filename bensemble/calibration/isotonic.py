@@ -126,12 +126,12 @@ class IsotonicCalibration(ProbabilityCalibrator):
         self._require_fit(f"{self._name}.thresholds_y_")
         return self.thresholds_y.detach().cpu().numpy().copy()
 
-    def _fit_map(self, p: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
+    def _fit_map(self, p: torch.Tensor, log_p: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
         cols, targets = one_vs_all_columns(p, y)
         xs, ys = fit_isotonic_steps(cols.T.contiguous(), targets.T.contiguous())
         return {"thresholds_x": xs, "thresholds_y": ys}
 
-    def _apply_map(self, p: torch.Tensor) -> torch.Tensor:
+    def _apply_map(self, p: torch.Tensor, log_p: torch.Tensor) -> torch.Tensor:
         cols, _ = one_vs_all_columns(p)
         q = interpolate_steps(self.thresholds_x, self.thresholds_y, cols.T)
         return combine_one_vs_all(q.T, p.shape[1])

@@ -16,11 +16,10 @@ from bensemble._validation import (
     check_bool,
     check_option,
     check_positive_int,
-    check_probability,
     output_dtype,
     to_tensor,
 )
-from bensemble.calibration._api import PROB_FLOOR, checked_state_tensor
+from bensemble.calibration._api import PROB_FLOOR, check_min_prob, checked_state_tensor
 from bensemble.calibration._inputs import check_bounds
 from bensemble.calibration._newton import (
     DEFAULT_TEMPERATURE_BOUNDS,
@@ -49,9 +48,9 @@ class EpistemicRecalibrator(nn.Module):
     (``s > 1``) or shrinks (``s < 1``) the members' disagreement around it; ``T = s = 1`` is the
     identity, the state before :meth:`fit`. Member probabilities are read as logits through
     ``log max(p, min_prob)`` (the map ignores per-row shifts; the floor keeps members with exact
-    zeros, e.g. trees, finite - and also flattens genuine probabilities below it, so lower it for
-    members spread over many orders of magnitude); binary members ``[M, N]`` (``binary=True``)
-    through ``(log(1 - p), log p)``, i.e. the map acts on their log-odds.
+    zeros, e.g. trees, finite); binary members ``[M, N]`` (``binary=True``) through
+    ``(log(1 - p), log p)``, i.e. the map acts on their log-odds. Pass logits when you have
+    them: probabilities near 0 or 1 have lost the digits their logits had.
 
     **The fit.** ``(T, s)`` minimise the NLL of the pooled prediction ``mean_m softmax(z'_m)``
     on the calibration data (exact Newton on ``(log T, log s)`` in float64, started from the
@@ -126,7 +125,7 @@ class EpistemicRecalibrator(nn.Module):
         self.binary = check_bool(binary, "binary", fn)
         self.temperature_bounds = check_bounds(temperature_bounds, fn)
         self.spread_bounds = _check_spread_bounds(spread_bounds, fn)
-        self.min_prob = check_probability(min_prob, "min_prob", fn)
+        self.min_prob = check_min_prob(min_prob, fn)
         self.on_boundary = check_option(on_boundary, "on_boundary", ON_BOUNDARY, fn)
         self.max_iter = check_positive_int(max_iter, "max_iter", fn)
         self.register_buffer("log_temperature", torch.zeros(1, dtype=_F64))
@@ -162,7 +161,7 @@ class EpistemicRecalibrator(nn.Module):
             p = as_member_stack(t, "member_probs", fn, binary=self.binary, dtype=_F64)
             if self.binary:
                 p = torch.stack([1.0 - p, p], dim=-1)
-            z = p.clamp_min(check_probability(self.min_prob, "min_prob", fn)).log()
+            z = p.clamp_min(check_min_prob(self.min_prob, fn)).log()
         if z.shape[-1] < 2:
             raise ValueError(
                 f"{fn}: `member_probs` must have at least 2 classes on its last axis (got shape "

@@ -335,7 +335,9 @@ def test_from_logits_is_the_softmax_of_the_logits(make):
     z, y = _logits()
     a = make(from_logits=True).fit(z, y).transform(z)
     b = make().fit(z.softmax(-1), y).transform(z.softmax(-1))
-    torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-9)
+    # log_softmax(z) and log(softmax(z)) differ in the last bits; the iterative fits (stopped at
+    # a gradient of 1e-6 to 1e-10) carry that to ~1e-7 in the calibrated probabilities
+    torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("make", _PROB_CALIBRATORS)
