@@ -329,3 +329,42 @@ def test_calibration_improves_held_out_nll_of_an_overconfident_model(make):
     )
     if make is not HistogramBinningCalibration:  # histogram bins can give 0: NLL not bounded
         assert negative_log_likelihood(after, y[3000:]) < negative_log_likelihood(before, y[3000:])
+
+
+def test_a_row_whose_one_vs_all_maps_all_give_zero_becomes_uniform():
+    # three classes, every calibration score in the lowest bin belongs to another class
+    probs = torch.tensor([[0.05, 0.9, 0.05], [0.9, 0.05, 0.05], [0.05, 0.05, 0.9]] * 4, dtype=F64)
+    labels = torch.tensor([1, 0, 2] * 4)
+    cal = HistogramBinningCalibration(n_bins=2).fit(probs, labels)
+    q = cal.transform(torch.tensor([[0.2, 0.4, 0.4]], dtype=F64))  # every column in bin 0 -> 0
+    torch.testing.assert_close(q, torch.full((1, 3), 1 / 3, dtype=F64))
+
+
+def test_log_complement_is_exact_near_one():
+    """``log(1 - p_k)`` from the other classes: exact where ``1 - p`` cancels to 0."""
+    from bensemble.calibration._api import log_complement
+
+    g = torch.Generator().manual_seed(10)
+    z = torch.randn(200, 5, generator=g, dtype=F64)
+    z[:, 0] += torch.linspace(0, 60, 200, dtype=F64)  # p_0 from moderate to 1 - 1e-26
+    log_p = z.log_softmax(-1)
+    expected = torch.stack(
+        [torch.logsumexp(torch.cat([z[:, :k], z[:, k + 1 :]], 1), 1) for k in range(5)], 1
+    ) - torch.logsumexp(z, 1, keepdim=True)
+    torch.testing.assert_close(log_complement(log_p), expected, rtol=1e-12, atol=1e-12)
+    assert bool(torch.isfinite(log_complement(log_p)).all())
+
+
+def test_beta_from_confident_logits_keeps_the_information_of_tiny_complements():
+    """Logits whose probabilities round to 1: the exact log(1 - p) still orders them, so beta
+    calibration from logits fits the map a float64 logistic regression on exact features gets."""
+    g = torch.Generator().manual_seed(11)
+    margin = torch.empty(3000, dtype=F64).uniform_(0, 50, generator=g)
+    y = (torch.rand(3000, generator=g, dtype=F64) < torch.sigmoid(margin / 5)).long()
+    logits = torch.stack([torch.zeros_like(margin), margin], 1)
+    cal = BetaCalibration(from_logits=True).fit(logits, y)
+    x = np.stack([-np.logaddexp(0, -margin.numpy()), np.logaddexp(0, margin.numpy())], 1)
+    reference = _logistic_regression(x, y.numpy())
+    np.testing.assert_allclose(
+        cal.transform(logits)[:, 1].numpy(), reference.predict_proba(x)[:, 1], atol=1e-6
+    )

@@ -188,6 +188,15 @@ def test_transform_chunk_by_chunk_is_the_transform_of_the_whole():
     assert whole.dtype == torch.float32 and whole.shape == (10, 2000, 5)
 
 
+def test_transform_applies_the_fitted_map():
+    z, y, _ = _synthetic(3.0, n=800, seed=16)
+    recal = EpistemicRecalibrator(from_logits=True).fit(z, y)
+    centre = z.mean(0)
+    expected = centre / recal.temperature_ + recal.spread_ * (z - centre)
+    torch.testing.assert_close(recal.transform(z), expected, rtol=1e-12, atol=1e-12)
+    assert abs(recal.spread_ - 1 / 3) < 0.1  # not the identity
+
+
 def test_the_pooled_prediction_is_the_mean_of_the_transformed_members():
     z, y, _ = _synthetic(2.0, n=500, seed=12)
     recal = EpistemicRecalibrator().fit(torch.softmax(z, -1), y)
