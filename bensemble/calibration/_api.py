@@ -31,6 +31,7 @@ from bensemble._validation import (
     output_dtype,
     to_tensor,
 )
+from bensemble.calibration._inputs import table_state_tensor
 
 __all__: list[str] = []
 
@@ -82,11 +83,6 @@ class ScalerAPI:
         with torch.no_grad():
             z = self(raw).detach()  # type: ignore[operator]
             return torch.softmax(z.to(torch.promote_types(z.dtype, dtype)), dim=-1).to(dtype)
-
-
-def frozen(value: torch.Tensor) -> nn.Parameter:
-    """A parameter that does not require gradients (fitted by the calibrator itself)."""
-    return nn.Parameter(value, requires_grad=False)
 
 
 def as_numpy(t: torch.Tensor) -> Any:
@@ -311,7 +307,7 @@ class ProbabilityCalibrator(nn.Module):
             key = prefix + name
             if key not in state_dict:
                 raise ValueError(f"{fn}: `{key}` must be in the state (got no such key)")
-            state[name] = checked_state_tensor(state_dict[key], key, fn)
+            state[name] = table_state_tensor(state_dict[key], key, fn)
         if k == 0:
             for name, t in state.items():
                 if t.numel():
@@ -321,22 +317,6 @@ class ProbabilityCalibrator(nn.Module):
         for name, t in state.items():  # take the loaded shapes, then let nn.Module copy
             setattr(self, name, torch.empty(t.shape, dtype=_F64, device=self._device()))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
-
-def checked_state_tensor(value: Any, key: str, fn: str) -> torch.Tensor:
-    """A dense, real, finite tensor from a state dict (float64 on the CPU for the checks)."""
-    if not isinstance(value, torch.Tensor):
-        raise ValueError(f"{fn}: `{key}` must be a tensor (got {type(value).__name__})")
-    if value.is_complex() or value.dtype == torch.bool or value.is_sparse or value.is_meta:
-        raise ValueError(
-            f"{fn}: `{key}` must be a dense real tensor (got dtype {value.dtype}, layout "
-            f"{value.layout}{', meta' if value.is_meta else ''})"
-        )
-    t = value.detach().to(device="cpu", dtype=_F64)
-    if not bool(torch.isfinite(t).all()):
-        bad = int((~torch.isfinite(t)).sum())
-        raise ValueError(f"{fn}: `{key}` must be finite (got {bad} NaN/inf values)")
-    return t
 
 
 def require(ok: bool, fn: str, key: str, expectation: str, got: Callable[[], str]) -> None:

@@ -58,9 +58,10 @@ class DirichletCalibration(ProbabilityCalibrator):
     paper selects both by cross-validation, typically among powers of ten. The problem is convex;
     it is solved in float64 by L-BFGS with a strong-Wolfe line search from the identity map.
     From logits the log-probabilities are exact (``log_softmax``); they are floored at
-    ``log(min_prob)`` (default ``log 1e-300``: only exact zeros are changed). With ``lambda = mu = 0`` this is
-    unpenalised multinomial logistic regression on ``log p``, which the tests match with
-    scikit-learn to 1e-6 (and the penalised objective with scipy's L-BFGS-B).
+    ``log(min_prob)`` (default ``log 1e-300``: only exact zeros are changed). With
+    ``lambda = mu = 0`` this is unpenalised multinomial logistic regression on ``log p``, which
+    the tests match with scikit-learn to 1e-6 (and the penalised objective with scipy's
+    L-BFGS-B).
 
     Args:
         off_diagonal_l2: ``lambda >= 0``.

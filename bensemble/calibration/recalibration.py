@@ -19,8 +19,8 @@ from bensemble._validation import (
     output_dtype,
     to_tensor,
 )
-from bensemble.calibration._api import PROB_FLOOR, check_min_prob, checked_state_tensor
-from bensemble.calibration._inputs import check_bounds
+from bensemble.calibration._api import PROB_FLOOR, check_min_prob
+from bensemble.calibration._inputs import check_bounds, state_tensor
 from bensemble.calibration._newton import (
     DEFAULT_TEMPERATURE_BOUNDS,
     CalibrationFitError,
@@ -291,12 +291,8 @@ class EpistemicRecalibrator(nn.Module):
         for name in ("log_temperature", "log_spread"):
             key = prefix + name
             if key in state_dict:
-                t = checked_state_tensor(state_dict[key], key, fn)
-                if t.numel() != 1:
-                    raise ValueError(
-                        f"{fn}: `{key}` must have one element (got shape {tuple(t.shape)})"
-                    )
-                state_dict[key] = t.reshape(1)
+                t = state_tensor(state_dict[key], key, fn, None)  # one finite element
+                state_dict[key] = t.reshape(1).to(torch.float64)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
