@@ -19,7 +19,9 @@ scikit-learn's unpenalised multinomial ``LogisticRegression`` on ``log p`` (the 
 unregularised Dirichlet calibration). ``ratio`` = peer fit time / ours (higher is better for us).
 
 Run: ``python benchmarks/bench_calibrators.py [--seeds 0 1 2 3 4] [--quick]``; writes its section
-of ``benchmarks/results.md``.
+of ``benchmarks/results.md``. ``--floor-study`` prints instead how the test NLL of beta and
+Dirichlet calibration fitted on probabilities depends on ``min_prob`` (the default floor's
+evidence).
 """
 
 from __future__ import annotations
@@ -284,12 +286,77 @@ def table(runs: list[dict[str, dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+def floor_study(seed: int = 0) -> str:
+    """Test NLL of beta and Dirichlet calibration fitted on *probabilities* for several
+    ``min_prob`` floors: the two MLPs, and a random forest's pooled digits probabilities (the
+    demo's split and forest, quick settings), whose exact zeros need a floor."""
+    from bensemble.methods.zoo import ZooSettings, member_probs
+
+    sets = {}
+    for label, build in (("toy MLP", toy_problem), ("digits MLP", digits_problem)):
+        pr = build(seed)
+        sets[label] = (
+            pr.cal_logits.softmax(-1),
+            pr.cal_labels,
+            pr.test_logits.softmax(-1),
+            pr.test_labels,
+        )
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    data = load_digits()
+    x = torch.tensor(data.data / 16.0, dtype=torch.float32)
+    y = torch.tensor(data.target, dtype=torch.int64)
+    idx = np.arange(len(y))
+    train, rest = train_test_split(idx, test_size=0.4, random_state=seed, stratify=data.target)
+    part, test = train_test_split(
+        rest, test_size=0.5, random_state=seed, stratify=data.target[rest]
+    )
+    pooled = member_probs(
+        "Random Forest",
+        x[train],
+        y[train],
+        torch.cat([x[part], x[test]]),
+        settings=ZooSettings.quick(),
+        seed=seed,
+    ).mean(0)
+    sets["digits forest"] = (pooled[: len(part)], y[part], pooled[len(part) :], y[test])
+    makers = {
+        "beta": lambda f: cal.BetaCalibration(min_prob=f),
+        "Dirichlet": lambda f: cal.DirichletCalibration(min_prob=f),
+        "Dirichlet(0.01, 0.01)": lambda f: cal.DirichletCalibration(0.01, 0.01, min_prob=f),
+    }
+    floors = (1e-6, 1e-12, 1e-16, 1e-30, 1e-300)
+    lines = [
+        "| probabilities of | calibrator | " + " | ".join(f"{f:g}" for f in floors) + " |",
+        "|---|---|" + "---:|" * len(floors),
+    ]
+    for label, (pc, yc, pt, yt) in sets.items():
+        zeros = float((pc == 0).double().mean())
+        for name, make in makers.items():
+            cells = []
+            for floor in floors:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    q = make(floor).fit(pc, yc).predict_proba(pt)
+                cells.append(f"{M.negative_log_likelihood(q, yt):.3f}")
+            lines.append(f"| {label} ({zeros:.0%} zeros) | {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--quick", action="store_true", help="two seeds, no results.md")
+    parser.add_argument(
+        "--floor-study", action="store_true", help="test NLL against min_prob, then stop"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.floor_study:
+        print("Test NLL (nats) by min_prob, calibrators fitted on probabilities, seed 0:")
+        print(floor_study())
+        return 0
     seeds = args.seeds[:2] if args.quick else args.seeds
     sections = []
     for label, build in (("digits", digits_problem), ("toy", toy_problem)):

@@ -30,8 +30,8 @@ _HALVINGS = 40
 _FACES = torch.tensor([[1.0, 1.0, 1.0], [0.0, 1.0, 1.0], [1.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
 
 
-def beta_features(log_p: torch.Tensor, log_floor: float) -> torch.Tensor:
-    """``[G, N, 3]`` features ``(log p, -log(1 - p), 1)`` of the one-vs-all maps of
+def beta_features(log_p: torch.Tensor, log_floor: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The features ``(log p, -log(1 - p))``, each ``[G, N]``, of the one-vs-all maps of
     ``log_p [N, K]`` (``G = 1``: the positive class for ``K = 2``; ``G = K`` otherwise), both
     logarithms floored at ``log_floor``. ``log(1 - p)`` is the log-sum of the other classes'
     probabilities, exact near ``p = 1``."""
@@ -39,85 +39,76 @@ def beta_features(log_p: torch.Tensor, log_floor: float) -> torch.Tensor:
         own, rest = log_p[:, 1:], log_p[:, :1]
     else:
         own, rest = log_p, log_complement(log_p)
-    own, rest = own.T.clamp_min(log_floor), rest.T.clamp_min(log_floor)
-    return torch.stack([own, -rest, torch.ones_like(own)], dim=-1)
+    return own.T.clamp_min(log_floor), -(rest.T.clamp_min(log_floor))
 
 
-def _mean_nll(x: torch.Tensor, t: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
-    """Mean logistic NLL per problem: ``x [B, N, 3]``, ``t [B, N]``, ``theta [B, 3]`` -> ``[B]``."""
-    eta = (x * theta[:, None, :]).sum(dim=-1)
-    return (F.softplus(eta) - t * eta).mean(dim=1)
+def _logit(u: tuple[torch.Tensor, torch.Tensor], theta: torch.Tensor) -> torch.Tensor:
+    """``a u1 + b u2 + c`` for ``theta [F, G, 3]`` and features ``[G, N]`` -> ``[F, G, N]``
+    (elementwise: no ``[.., N, 3]`` temporary, no reduction whose order could vary)."""
+    return theta[..., 0:1] * u[0] + theta[..., 1:2] * u[1] + theta[..., 2:3]
 
 
-def fit_logistic_faces(
-    x: torch.Tensor, t: torch.Tensor, mask: torch.Tensor, max_iter: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-    """Damped Newton on a batch of small logistic regressions, some coordinates held at 0.
+def _mean_nll(u: tuple[torch.Tensor, torch.Tensor], t: torch.Tensor, theta: torch.Tensor):
+    eta = _logit(u, theta)
+    return (F.softplus(eta) - t * eta).mean(dim=-1)  # [F, G]
+
+
+def fit_beta(
+    u: tuple[torch.Tensor, torch.Tensor], t: torch.Tensor, max_iter: int
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The constrained MLE ``(a, b, c)`` with ``a, b >= 0`` of each map.
 
     Args:
-        x: ``[B, N, D]`` features; t: ``[B, N]`` 0/1 targets; mask: ``[B, D]`` 1 for a free
-            coordinate, 0 for one held at 0.
+        u: the features ``(log p, -log(1 - p))``, each ``[G, N]`` (:func:`beta_features`).
+        t: ``[G, N]`` 0/1 targets.
+        max_iter: Newton iteration budget.
 
-    Returns:
-        ``(theta [B, D], nll [B], max |gradient| [B], iterations)``. A step is halved until the
-        NLL does not increase (up to 40 times), so every iterate is at least as good as the
-        previous one; the problems are independent.
+    The NLL is convex, so the constrained optimum is the best feasible optimum of the four faces
+    (``a, b`` free; ``a = 0``; ``b = 0``; both 0). All ``4 G`` problems run as one batch of damped
+    Newton steps (a step is halved, up to 40 times, until the NLL does not increase); memory is a
+    few ``[4, G, N]`` tensors.
+
+    Returns ``(coef [G, 3], max |gradient| [G] of the chosen face, iterations)``.
     """
-    eye = torch.eye(x.shape[2], dtype=_F64, device=x.device)
-    theta = torch.tensor([1.0, 1.0, 0.0], dtype=_F64, device=x.device) * mask  # the identity map
-    nll = _mean_nll(x, t, theta)
+    mask = _FACES.to(device=t.device, dtype=_F64)[:, None, :].expand(4, t.shape[0], 3)
+    theta = torch.tensor([1.0, 1.0, 0.0], dtype=_F64, device=t.device) * mask  # identity map
+    nll = _mean_nll(u, t, theta)
+    eye = torch.eye(3, dtype=_F64, device=t.device)
+    free = mask[..., :, None] * mask[..., None, :]
+    features = (u[0], u[1], torch.ones_like(u[0]))
     gmax = torch.full_like(nll, torch.inf)
     it = 0
     while it < max_iter:
         it += 1
-        prob = torch.sigmoid((x * theta[:, None, :]).sum(dim=-1))
-        grad = (x * (prob - t)[..., None]).mean(dim=1) * mask
-        gmax = grad.abs().amax(dim=1)
+        prob = torch.sigmoid(_logit(u, theta))
+        residual = prob - t
+        grad = torch.stack([(residual * f).mean(-1) for f in features], dim=-1) * mask
+        gmax = grad.abs().amax(dim=-1)
         if bool((gmax <= _GTOL).all()):
             break
         curvature = prob * (1.0 - prob)
-        weighted = x * curvature[..., None]
-        hess = (weighted[..., :, None] * x[..., None, :]).mean(dim=1)  # [B, D, D]
-        free = mask[:, :, None] * mask[:, None, :]
+        hess = torch.empty(*nll.shape, 3, 3, dtype=_F64, device=t.device)
+        for i in range(3):  # the six distinct entries of the 3 x 3 Hessians
+            weighted = curvature * features[i]
+            for j in range(i, 3):
+                hess[..., i, j] = hess[..., j, i] = (weighted * features[j]).mean(-1)
         hess = hess * free + eye * (1.0 - free) + 1e-12 * eye  # held coordinates: identity
         step = -torch.linalg.solve(hess, grad.unsqueeze(-1)).squeeze(-1) * mask
         size = torch.ones_like(nll)
         pending = gmax > _GTOL
-        for _ in range(_HALVINGS):  # halve the steps that would raise the NLL
-            trial = theta + size[:, None] * step
-            trial_nll = _mean_nll(x, t, trial)
+        for _ in range(_HALVINGS):
+            trial = theta + size[..., None] * step
+            trial_nll = _mean_nll(u, t, trial)
             ok = (trial_nll <= nll) | ~pending
-            theta = torch.where((ok & pending)[:, None], trial, theta)
+            theta = torch.where((ok & pending)[..., None], trial, theta)
             nll = torch.where(ok & pending, trial_nll, nll)
             pending = pending & ~ok
             if not bool(pending.any()):
                 break
             size = torch.where(pending, size * 0.5, size)
-    return theta, nll, gmax, it
-
-
-def fit_beta(
-    x: torch.Tensor, targets: torch.Tensor, max_iter: int
-) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """The constrained MLE ``(a, b, c)`` with ``a, b >= 0`` of each map: features ``x [G, N, 3]``
-    (:func:`beta_features`), 0/1 targets ``[N, G]``.
-
-    The NLL is convex, so the constrained optimum is the best feasible optimum of the four faces
-    (``a, b`` free; ``a = 0``; ``b = 0``; both 0); all ``4 G`` problems run as one batch.
-
-    Returns ``(coef [G, 3], max |gradient| [G], iterations)``.
-    """
-    n_groups = x.shape[0]
-    faces = _FACES.to(device=x.device, dtype=_F64)
-    xb = x.repeat(4, 1, 1)  # [4G, N, 3], face-major
-    tb = targets.T.repeat(4, 1)
-    mask = faces.repeat_interleave(n_groups, dim=0)
-    theta, nll, gmax, it = fit_logistic_faces(xb, tb, mask, max_iter)
-    theta, nll, gmax = theta.view(4, n_groups, 3), nll.view(4, n_groups), gmax.view(4, n_groups)
     feasible = (theta[..., 0] >= 0.0) & (theta[..., 1] >= 0.0)
     best = torch.where(feasible, nll, torch.inf).argmin(dim=0)  # face 3 is always feasible
-    pick = best.view(1, n_groups, 1).expand(1, n_groups, 3)
-    coef = theta.gather(0, pick).squeeze(0)  # a, b >= 0: only feasible faces are picked
+    coef = theta.gather(0, best.view(1, -1, 1).expand(1, -1, 3)).squeeze(0)  # a, b >= 0
     return coef, gmax.gather(0, best.view(1, -1)).squeeze(0), it
 
 
@@ -201,8 +192,8 @@ class BetaCalibration(ProbabilityCalibrator):
 
     def _fit_map(self, p: torch.Tensor, log_p: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
         _, targets = one_vs_all_columns(p, y)
-        x = beta_features(log_p, math.log(self.min_prob))
-        coef, gmax, it = fit_beta(x, targets, self.max_iter)
+        u = beta_features(log_p, math.log(self.min_prob))
+        coef, gmax, it = fit_beta(u, targets.T.contiguous(), self.max_iter)
         converged = bool((gmax <= _GTOL * 100).all())
         if not converged:
             warnings.warn(
@@ -215,8 +206,8 @@ class BetaCalibration(ProbabilityCalibrator):
         return {"coef": coef, "converged_": converged, "n_iter_": it}
 
     def _apply_map(self, p: torch.Tensor, log_p: torch.Tensor) -> torch.Tensor:
-        x, coef = beta_features(log_p, math.log(self.min_prob)), self.coef[:, None, :]
-        eta = x[..., 0] * coef[..., 0] + x[..., 1] * coef[..., 1] + coef[..., 2]  # no reduction
+        u = beta_features(log_p, math.log(self.min_prob))
+        eta = _logit(u, self.coef)  # [G, N]
         return combine_one_vs_all(torch.sigmoid(eta).T, p.shape[1])
 
     def _check_state(self, state: dict[str, torch.Tensor], k: int, fn: str) -> None:

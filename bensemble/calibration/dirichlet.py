@@ -22,6 +22,9 @@ from bensemble.calibration._lbfgs import CONVERGENCE_GTOL, minimise
 __all__ = ["DirichletCalibration"]
 
 _F64 = torch.float64
+#: ``K^2 + K`` parameters, about 45 float64 copies of them (L-BFGS history, gradients): 1024
+#: classes already take ~380 MB.
+MAX_CLASSES = 1024
 
 
 def odir_objective(
@@ -131,6 +134,11 @@ class DirichletCalibration(ProbabilityCalibrator):
     def _fit_map(self, p: torch.Tensor, log_p: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
         fn = f"{self._name}.fit"
         k = p.shape[1]
+        if k > MAX_CLASSES:
+            raise ValueError(
+                f"{fn}: `probs` must have at most {MAX_CLASSES} classes for a full K x K map "
+                f"(got {k}); use VectorScaling or a one-vs-all calibrator for more classes"
+            )
         log_p = self._features(log_p)
         lam, mu = float(self.off_diagonal_l2), float(self.intercept_l2)
 

@@ -368,3 +368,11 @@ def test_beta_from_confident_logits_keeps_the_information_of_tiny_complements():
     np.testing.assert_allclose(
         cal.transform(logits)[:, 1].numpy(), reference.predict_proba(x)[:, 1], atol=1e-6
     )
+
+
+def test_dirichlet_refuses_more_classes_than_its_memory_bound():
+    from bensemble.calibration.dirichlet import MAX_CLASSES
+
+    probs = torch.full((3, MAX_CLASSES + 1), 1.0 / (MAX_CLASSES + 1), dtype=F64)
+    with pytest.raises(ValueError, match="`probs` must have at most"):
+        DirichletCalibration().fit(probs, torch.tensor([0, 1, 2]))
