@@ -48,8 +48,15 @@ def _synthetic(c, n=20_000, m=10, k=5, seed=0, design="per_point"):
 
 
 # ------------------------------------------------------------------------ recovering 1 / c
-@pytest.mark.parametrize("design", ["per_point", "coherent"])
-@pytest.mark.parametrize("c, seed", [(0.25, 100), (0.5, 101), (2.0, 102), (4.0, 103)])
+_RECOVERY = [(0.25, 100), (0.5, 101), (2.0, 102), (4.0, 103)]
+
+
+@pytest.mark.parametrize(
+    "c, seed, design",
+    [(c, seed, "per_point") for c, seed in _RECOVERY]
+    # the fit is equivariant in c (test below): the two ends suffice for the slower design
+    + [(c, seed, "coherent") for c, seed in _RECOVERY if c in (0.25, 4.0)],
+)
 def test_fitted_spread_recovers_one_over_c_within_ten_percent(c, seed, design):
     # ten member functions carry less information than per-point draws: twice the points
     # (over seeds 100-109 the largest miss of 1 / c was 4.4% coherent, 4.2% per point)
