@@ -15,6 +15,10 @@ $(STAMP): $(PY) pyproject.toml
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet torch==2.13.0
 	$(PIP) install --quiet -e '.[dev]'
+	# laplace-torch for the Laplace cross-checks, without its torchvision requirement (PyPI's
+	# torchvision does not import beside this torch, and its presence breaks torchmetrics' import)
+	$(PIP) install --quiet --no-deps laplace-torch==0.3 asdfghjkl==0.1a4 backpack-for-pytorch==1.7.1 \
+		curvlinops-for-pytorch==3.0.1 einops unfoldNd einconv linear_operator opt-einsum
 	touch $(STAMP)
 
 setup: $(STAMP)

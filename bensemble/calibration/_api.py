@@ -281,6 +281,10 @@ class ProbabilityCalibrator(nn.Module):
                 "fit(probs, labels) first, or load_state_dict a fitted state"
             )
 
+    def _fitted(self, name: str) -> torch.Tensor:
+        """A fitted buffer in float64, whatever the module was cast to (``.half()``, ...)."""
+        return getattr(self, name).to(_F64)
+
     def _device(self) -> torch.device:
         for name in self._state_names:
             return getattr(self, name).device

@@ -14,6 +14,7 @@ from bensemble._validation import check_positive_int
 from bensemble.calibration._api import (
     PROB_FLOOR,
     ProbabilityCalibrator,
+    as_numpy,
     check_min_prob,
     log_complement,
     require,
@@ -176,7 +177,7 @@ class BetaCalibration(ProbabilityCalibrator):
 
     def _parameter(self, column: int) -> Any:
         self._require_fit(f"{self._name}.{'abc'[column]}_")
-        return self.coef[:, column].detach().cpu().numpy().copy()
+        return as_numpy(self.coef[:, column])
 
     @property
     def a_(self) -> Any:
@@ -207,7 +208,7 @@ class BetaCalibration(ProbabilityCalibrator):
 
     def _apply_map(self, p: torch.Tensor, log_p: torch.Tensor) -> torch.Tensor:
         u = beta_features(log_p, math.log(self.min_prob))
-        eta = _logit(u, self.coef)  # [G, N]
+        eta = _logit(u, self._fitted("coef"))  # [G, N]
         return combine_one_vs_all(torch.sigmoid(eta).T, p.shape[1])
 
     def _check_state(self, state: dict[str, torch.Tensor], k: int, fn: str) -> None:

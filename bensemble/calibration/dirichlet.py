@@ -14,6 +14,7 @@ from bensemble._validation import check_positive, check_positive_int
 from bensemble.calibration._api import (
     PROB_FLOOR,
     ProbabilityCalibrator,
+    as_numpy,
     check_min_prob,
     shape_is,
 )
@@ -114,12 +115,12 @@ class DirichletCalibration(ProbabilityCalibrator):
     @property
     def weight_(self) -> Any:
         self._require_fit(f"{self._name}.weight_")
-        return self.weight.detach().cpu().numpy().copy()
+        return as_numpy(self.weight)
 
     @property
     def bias_(self) -> Any:
         self._require_fit(f"{self._name}.bias_")
-        return self.bias.detach().cpu().numpy().copy()
+        return as_numpy(self.bias)
 
     def _check_hyperparameters(self, fn: str) -> None:
         super()._check_hyperparameters(fn)
@@ -175,7 +176,8 @@ class DirichletCalibration(ProbabilityCalibrator):
         }
 
     def _apply_map(self, p: torch.Tensor, log_p: torch.Tensor) -> torch.Tensor:
-        return torch.softmax(self._features(log_p) @ self.weight.T + self.bias, dim=1)
+        weight, bias = self._fitted("weight"), self._fitted("bias")
+        return torch.softmax(self._features(log_p) @ weight.T + bias, dim=1)
 
     def _check_state(self, state: dict[str, torch.Tensor], k: int, fn: str) -> None:
         shape_is(state["weight"], (k, k), fn, "weight")

@@ -10,6 +10,7 @@ import torch
 from bensemble._validation import check_n_bins
 from bensemble.calibration._api import (
     ProbabilityCalibrator,
+    as_numpy,
     in_unit_interval,
     normalise_rows,
     shape_is,
@@ -104,7 +105,7 @@ class HistogramBinningCalibration(ProbabilityCalibrator):
     @property
     def bin_values_(self) -> Any:
         self._require_fit(f"{self._name}.bin_values_")
-        return self.bin_values.detach().cpu().numpy().copy()
+        return as_numpy(self.bin_values)
 
     def _check_hyperparameters(self, fn: str) -> None:
         super()._check_hyperparameters(fn)
@@ -126,7 +127,9 @@ class HistogramBinningCalibration(ProbabilityCalibrator):
     def _apply_map(self, p: torch.Tensor, log_p: torch.Tensor) -> torch.Tensor:
         cols, _ = one_vs_all_columns(p)
         ids = equal_width_ids(cols, self.n_bins)  # [N, G]
-        q = self.bin_values.T.gather(0, ids)  # bin_values.T [B, G]; q[n, g] = values[g, ids]
+        q = self._fitted("bin_values").T.gather(
+            0, ids
+        )  # bin_values.T [B, G]; q[n, g] = values[g, ids]
         return combine_one_vs_all(q, p.shape[1])
 
     def _check_state(self, state: dict[str, torch.Tensor], k: int, fn: str) -> None:

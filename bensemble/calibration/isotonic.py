@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from bensemble.calibration._api import ProbabilityCalibrator, in_unit_interval, require
+from bensemble.calibration._api import ProbabilityCalibrator, as_numpy, in_unit_interval, require
 from bensemble.calibration.histogram import combine_one_vs_all, one_vs_all_columns
 
 __all__ = ["IsotonicCalibration"]
@@ -119,12 +119,12 @@ class IsotonicCalibration(ProbabilityCalibrator):
     @property
     def thresholds_x_(self) -> Any:
         self._require_fit(f"{self._name}.thresholds_x_")
-        return self.thresholds_x.detach().cpu().numpy().copy()
+        return as_numpy(self.thresholds_x)
 
     @property
     def thresholds_y_(self) -> Any:
         self._require_fit(f"{self._name}.thresholds_y_")
-        return self.thresholds_y.detach().cpu().numpy().copy()
+        return as_numpy(self.thresholds_y)
 
     def _fit_map(self, p: torch.Tensor, log_p: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
         cols, targets = one_vs_all_columns(p, y)
@@ -133,7 +133,8 @@ class IsotonicCalibration(ProbabilityCalibrator):
 
     def _apply_map(self, p: torch.Tensor, log_p: torch.Tensor) -> torch.Tensor:
         cols, _ = one_vs_all_columns(p)
-        q = interpolate_steps(self.thresholds_x, self.thresholds_y, cols.T)
+        xs, ys = self._fitted("thresholds_x"), self._fitted("thresholds_y")
+        q = interpolate_steps(xs, ys, cols.T)
         return combine_one_vs_all(q.T, p.shape[1])
 
     def _check_state(self, state: dict[str, torch.Tensor], k: int, fn: str) -> None:

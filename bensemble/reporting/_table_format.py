@@ -1,7 +1,10 @@
 """Text forms of report values: table cells, aligned and Markdown tables, strict JSON.
 
 Used by :class:`~bensemble.reporting.report.Report` (which re-exports the public functions from
-:mod:`bensemble.reporting.report`) and by :mod:`bensemble.reporting.html`.
+:mod:`bensemble.reporting.report`) and by :mod:`bensemble.reporting.html`. Text cells and column
+names of the aligned and Markdown tables have their control and bidirectional characters written
+as visible escapes (:func:`bensemble._terminal.printable_name`), so a file name in a cell cannot
+recolour the terminal or reorder the line; CSV and JSON keep the values as they are.
 
 Example:
     >>> print(markdown_table([{"method": "ensemble", "nll": 0.25, "n": 400}]))
@@ -18,6 +21,8 @@ import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from bensemble._terminal import printable_name
 
 __all__ = ["format_table", "format_value", "markdown_table", "table_columns", "to_json"]
 
@@ -66,13 +71,13 @@ def _cells(
     rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None, digits: int
 ) -> tuple[list[str], list[list[str]], list[bool]]:
     cols = list(columns) if columns is not None else table_columns(rows)
-    body = [[format_value(row.get(c), digits) for c in cols] for row in rows]
+    body = [[printable_name(format_value(row.get(c), digits)) for c in cols] for row in rows]
     numeric = [
         all(_is_number(row.get(c)) or row.get(c) is None for row in rows)
         and any(_is_number(row.get(c)) for row in rows)
         for c in cols
     ]
-    return cols, body, numeric
+    return [printable_name(str(c)) for c in cols], body, numeric
 
 
 def format_table(

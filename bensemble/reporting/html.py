@@ -8,7 +8,8 @@ font and no network access, so the file can be mailed or opened from a laptop of
 The layout reads at desktop and phone widths: the verdicts are cards that stack on a narrow
 screen, each with its status written out (not told by colour alone); a wide table scrolls inside
 its own box, never the page; figures scale down to the column. A print style sheet drops the
-contents list and keeps cards and figures whole. Every text is HTML-escaped.
+contents list and keeps cards and figures whole. Every text is HTML-escaped, its control and
+bidirectional characters shown as escapes (:func:`bensemble._terminal.printable_name`).
 
 Example:
     >>> page = HtmlReport(
@@ -31,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bensemble._terminal import printable_name
 from bensemble.reporting._table_format import _cells
 
 __all__ = [
@@ -242,8 +244,8 @@ a{color:inherit;text-decoration:none}
 """
 
 
-def _e(text: Any) -> str:
-    return _html.escape(str(text), quote=True)
+def _e(text: Any) -> str:  # a name cannot reorder or hide what the page shows
+    return _html.escape(printable_name(str(text)), quote=True)
 
 
 class _Ids:

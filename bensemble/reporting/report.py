@@ -43,6 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from bensemble._terminal import printable_name
 from bensemble.reporting._folder import (
     check_report_folder,
     commit_folder,
@@ -253,7 +254,7 @@ class Report:
         rows = [dict(r) for r in rows]
         cols = list(columns) if columns is not None else table_columns(rows)
         paths = [self.path(name, ext) for ext in (".md", ".csv", ".json")]  # validates name
-        heading = f"## {title}\n\n" if title else ""
+        heading = f"## {printable_name(title)}\n\n" if title else ""
         md = heading + markdown_table(rows, cols, digits)
 
         buffer = io.StringIO()

@@ -5,8 +5,11 @@ See test_sweep.py.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
@@ -18,6 +21,33 @@ EXAMPLES = int(os.environ.get("SWEEP_EXAMPLES", "4"))
 F64 = torch.float64
 CALL_LIMIT_S = 20.0  # one call taking longer is a defect (a hang), not a slow test
 TOL = 1e-6  # slack on range bounds; widened to K ulps of the input dtype (see _tol)
+
+
+# ----------------------------------------------------------------------------- time limit
+class _Hang(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """Turn a hang into a failure (SIGALRM; a no-op where signals are unavailable)."""
+    if (
+        not hasattr(signal, "setitimer")
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        yield
+        return
+
+    def _raise(signum, frame):
+        raise _Hang(f"did not return within {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, _raise)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 # ----------------------------------------------------------------------------- array kinds

@@ -26,13 +26,10 @@ Run: ``python -m pytest -q -p no:cacheprovider tests/robustness/test_sweep.py``
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import math
 import re
-import signal
 import sys
-import threading
 import warnings
 from dataclasses import fields, is_dataclass
 from pathlib import Path
@@ -57,8 +54,10 @@ from sweep_cases import (  # noqa: E402
     KINDS,
     Case,
     _extreme,
+    _Hang,
     _is_float,
     _make,
+    _time_limit,
     _to_container,
 )
 from sweep_registry import (  # noqa: E402
@@ -265,32 +264,6 @@ def _check_error(entry: Entry, case: Case, err: ValueError) -> None:
     )
 
 
-class _Hang(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def _time_limit(seconds: float):
-    """Turn a hang into a failure (SIGALRM; a no-op where signals are unavailable)."""
-    if (
-        not hasattr(signal, "setitimer")
-        or threading.current_thread() is not threading.main_thread()
-    ):
-        yield
-        return
-
-    def _raise(signum, frame):
-        raise _Hang(f"did not return within {seconds:g} s")
-
-    previous = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def _propagated(entry: Entry, args: dict[str, Any], value: Any) -> bool:
     """Elementwise functions may pass NaN / inf through where the input held them."""
     if not entry.propagates or not isinstance(value, torch.Tensor):
@@ -402,6 +375,14 @@ def _numbers(value: Any) -> list[float]:
         return [x for item in value for x in _numbers(item)]
     if is_dataclass(value):
         return [x for f in fields(value) for x in _numbers(getattr(value, f.name))]
+    if hasattr(value, "savefig"):  # a plot function's Figure: the data of its lines, closed
+        import matplotlib.pyplot as plt
+
+        numbers = [
+            float(x) for ax in value.axes for line in ax.lines for x in line.get_xydata().ravel()
+        ]
+        plt.close(value)
+        return numbers
     raise TypeError(f"cannot compare a {type(value).__name__}")
 
 
