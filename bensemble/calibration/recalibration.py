@@ -73,7 +73,8 @@ class EpistemicRecalibrator(nn.Module):
     test_recalibration.py, ``benchmarks/epistemic_recalibration.py``).
 
     **Streaming.** The map acts on each sample's members alone: fit on an in-memory calibration
-    part, then :meth:`transform` chunk by chunk (``[M, chunk, K]``); chunks give the rows of
+    part (the fit holds it in float64, about eight copies of ``[M, N, K]`` at its peak), then
+    :meth:`transform` chunk by chunk (``[M, chunk, K]``); chunks give the rows of
     the whole.
 
     Args:
