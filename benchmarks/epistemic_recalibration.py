@@ -167,7 +167,7 @@ def _demo_split(seed: int):
 
 def _fashion_split(seed: int, quick: bool):
     from bensemble.experiments.autoencoder import encode, train_autoencoder
-    from bensemble.experiments.fashion import LATENT_DIM, load_fashion_mnist
+    from bensemble.experiments.vision import load_fashion_mnist
 
     data = load_fashion_mnist()
     x_train, y_train = data["train"]
@@ -179,7 +179,7 @@ def _fashion_split(seed: int, quick: bool):
             x_test[:1000],
             y_test[:1000],
         )
-    ae = train_autoencoder(x_train, latent_dim=LATENT_DIM, epochs=1 if quick else 5, seed=seed)
+    ae = train_autoencoder(x_train, latent_dim=64, epochs=1 if quick else 5, seed=seed)
     pick = torch.randperm(len(y_train), generator=torch.Generator().manual_seed(seed))
     n_fit, n_cal = (1000, 500) if quick else (10_000, 2_000)
     fit_idx, cal_idx = pick[:n_fit], pick[n_fit : n_fit + n_cal]
