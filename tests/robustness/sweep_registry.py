@@ -95,6 +95,31 @@ def _matrix_fit(logits, labels):
     return cal.MatrixScaling(k).fit(logits, labels, max_iter=20)(logits).detach()
 
 
+def _calibrated(make: Callable[..., Any], **kw: Any) -> Callable[[Any, Any], Any]:
+    """Fit a calibrator of probabilities and return its calibrated training predictions."""
+
+    def run(probs, labels):
+        return make(**kw).fit(probs, labels).transform(probs)
+
+    return run
+
+
+def _recalibrated(**kw: Any) -> Callable[[Any, Any], Any]:
+    def run(member_probs, labels):
+        recal = cal.EpistemicRecalibrator(max_iter=30, **kw).fit(member_probs, labels)
+        return recal.transform(member_probs), recal.predict_proba(member_probs)
+
+    return run
+
+
+def _scaled_proba(make: Callable[[int], Any]) -> Callable[[Any, Any], Any]:
+    def run(logits, labels):
+        k = np.shape(logits)[-1] if not isinstance(logits, torch.Tensor) else logits.shape[-1]
+        return make(k).fit(logits, labels, max_iter=20).predict_proba(logits)
+
+    return run
+
+
 def _conformal(score: str, class_conditional: bool = False, randomized: bool = True):
     def run(probs, labels):
         predictor = conf.SplitConformalClassifier(
@@ -297,6 +322,71 @@ OVERRIDES: list[Entry] = [
         _same_shape_as_input,
         names=("num_classes",),
         max_k=200,
+    ),
+    Entry(
+        "TemperatureScaling.predict_proba",
+        _scaled_proba(lambda k: cal.TemperatureScaling()),
+        {"logits": "logits", "labels": L},
+        _tensors_in(0, 1),
+    ),
+    Entry(
+        "VectorScaling.predict_proba",
+        _scaled_proba(cal.VectorScaling),
+        {"logits": "logits", "labels": L},
+        _tensors_in(0, 1),
+        names=("num_classes",),
+        max_k=200,
+    ),
+    # calibrators of probabilities
+    Entry(
+        "IsotonicCalibration.fit",
+        _calibrated(cal.IsotonicCalibration),
+        {"probs": P, "labels": L},
+        _tensors_in(0, 1),
+    ),
+    Entry(
+        "IsotonicCalibration[from_logits]",
+        _calibrated(cal.IsotonicCalibration, from_logits=True),
+        {"probs": "logits", "labels": L},
+        _tensors_in(0, 1),
+    ),
+    Entry(
+        "HistogramBinningCalibration.fit",
+        _calibrated(cal.HistogramBinningCalibration, n_bins=5),
+        {"probs": P, "labels": L},
+        _tensors_in(0, 1),
+    ),
+    Entry(
+        "BetaCalibration.fit",
+        _calibrated(cal.BetaCalibration, max_iter=30),
+        {"probs": P, "labels": L},
+        _tensors_in(0, 1),
+    ),
+    Entry(
+        "BetaCalibration[from_logits]",
+        _calibrated(cal.BetaCalibration, max_iter=30, from_logits=True),
+        {"probs": "logits", "labels": L},
+        _tensors_in(0, 1),
+    ),
+    Entry(
+        "DirichletCalibration.fit",
+        _calibrated(cal.DirichletCalibration, off_diagonal_l2=1e-2, max_iter=30),
+        {"probs": P, "labels": L},
+        _tensors_in(0, 1),
+        max_k=200,
+    ),
+    # member predictions
+    Entry(
+        "EpistemicRecalibrator.fit",
+        _recalibrated(),
+        {"member_probs": MEM, "labels": L},
+        _tensors_in(0, 1),
+    ),
+    Entry(
+        "EpistemicRecalibrator[binary]",
+        _recalibrated(binary=True),
+        {"member_probs": "binary_member", "labels": "binary_labels"},
+        _tensors_in(0, 1),
     ),
     # uncertainty decompositions
     Entry(
