@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from bensemble._seeds import DEFAULT_SEED
 from bensemble._validation import MIN_MEMBER_BYTES, check_count, check_option, to_tensor
 from bensemble.core._inputs import iter_batches, to_member_input
 from bensemble.core.member import ExplicitMembers, MemberAdapter, StochasticMembers
@@ -231,12 +232,14 @@ class Ensemble(nn.Module):
         return self.members.sample_masks()
 
     def resample(
-        self, generator: torch.Generator | None = None, *, seed: int | None = None
+        self, generator: torch.Generator | None = None, *, seed: int | None = DEFAULT_SEED
     ) -> Ensemble:
         """Draw ``M`` new hypotheses for a stochastic ensemble (MC dropout, DropConnect, ...).
 
         Until this is called, member ``m`` is the same function on every call. Returns ``self``.
         Explicit members (networks, trees, posterior draws) are fixed: build a new ensemble.
+        ``generator`` / ``seed`` as in :meth:`~bensemble.core.member.StochasticMembers.resample`
+        (by default the stream the construction started continues).
         """
         resample = getattr(self.members, "resample", None)
         if resample is None:
@@ -297,13 +300,14 @@ class Ensemble(nn.Module):
         mask: str = "per_pass",
         generator: torch.Generator | None = None,
         *,
-        seed: int | None = None,
+        seed: int | None = DEFAULT_SEED,
         **kwargs: Any,
     ) -> Ensemble:
         """An implicit ensemble of ``num_samples`` fixed hypotheses of one random network.
 
         Member ``m`` is one mask / weight draw, derived from a per-member seed drawn here from
-        ``generator`` or ``seed`` (else torch's global state): the same function of ``x`` on
+        ``generator``, else from ``seed`` (default 0: identical calls build identical members;
+        ``seed=None``: torch's global random state): the same function of ``x`` on
         every call, however the data is batched, until :meth:`resample`. See
         :class:`~bensemble.core.member.StochasticMembers` for ``mode`` (``"auto"`` is resolved:
         ``ensemble.members.mode`` says what was found), ``mask`` (``"per_sample"``: per-row
