@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-import torch
 
 from bensemble._seeds import check_generator
 

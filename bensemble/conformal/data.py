@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from bensemble._validation import as_labels, check_probability
 from bensemble._seeds import DEFAULT_SEED
+from bensemble._validation import as_labels, check_probability
 from bensemble.conformal.scores import check_seed
 
 __all__ = ["CalibrationSplit", "split_calibration"]

@@ -25,8 +25,9 @@ whose score is at most the calibrated threshold, so a larger score means "less p
 
 Within a row, equal probabilities are ranked by class index (a stable sort), so scores are
 deterministic. Randomised scores take ``seed=`` (default 0, so identical calls give identical
-scores; ``None``: torch's global random state) or a ``generator=`` for the uniforms. Member probabilities ``[M, N, K]`` are scored on their mean over members. All scores
-are computed in float64.
+scores; ``None``: torch's global random state) or a ``generator=`` for the uniforms. Member
+probabilities ``[M, N, K]`` are scored on their mean over members. All scores are computed in
+float64.
 """
 
 from __future__ import annotations
@@ -109,9 +110,7 @@ def check_seed(generator: Any, seed: Any, fn: str) -> torch.Generator | None:
     return resolve_generator(generator, seed, fn)
 
 
-def check_score_options(
-    k_reg: Any, lam: Any, randomized: Any, fn: str
-) -> tuple[int, float, bool]:
+def check_score_options(k_reg: Any, lam: Any, randomized: Any, fn: str) -> tuple[int, float, bool]:
     """Validate the APS / RAPS hyper-parameters; returns them converted."""
     k_reg = check_positive_int(k_reg, "k_reg", fn, minimum=0)
     lam = check_positive(lam, "lam", fn, allow_zero=True)

@@ -55,15 +55,13 @@ class StochasticMembers(SeededMembers):
     """One network whose fixed random draws are the members (MC dropout, DropConnect, ...).
 
     **Members are fixed hypotheses.** At construction ``num_samples`` per-member seeds are drawn
-    from ``generator``, else from a generator seeded with ``seed`` (default 0: two ensembles
-    built alike have the same members), else (``seed=None``) from torch's global random state. Member ``m`` draws all its
-    noise (dropout masks, DropConnect masks, Bayesian weight samples) from a generator seeded with
-    seed ``m`` on every call, with shapes that do not involve the batch axis, so member ``m`` is
-    the same function of ``x`` on every call, whatever the batch size or a row's position, until
-    :meth:`resample`. Outputs of a batched and a one-shot prediction agree up to the float
-    rounding that batch size alone causes in torch's matrix products. A dropout mask has the
-    shape of one row (``[1, *features]``): inputs whose non-batch shape changes between batches
-    (sequences padded to different lengths) get masks of each shape, so pad to one length.
+    from ``generator``, else from ``seed`` (default 0: ensembles built alike have the same
+    members), else (``seed=None``) from torch's global random state. Member ``m`` draws all its
+    noise (dropout and DropConnect masks, Bayesian weight samples) from its own seed on every
+    call, with shapes free of the batch axis: the same function of ``x`` whatever the batch size
+    or a row's position, until :meth:`resample` (batched and one-shot outputs agree up to the
+    rounding batch size causes in matrix products). A dropout mask has the shape of one row
+    (``[1, *features]``): pad inputs whose non-batch shape varies to one length.
 
     Sampling puts every module in eval mode (batch norm uses its running statistics, which never
     change), switches on only the selected stochastic modules, runs ``num_samples`` passes and
@@ -112,10 +110,8 @@ class StochasticMembers(SeededMembers):
         num_samples: number of members ``M``.
         mode: which stochastic kinds to switch on (see above).
         mask: ``"per_pass"`` or ``"per_sample"`` dropout masks.
-        generator: source of the per-member seeds (its state advances; later
-            :meth:`resample` calls continue it).
-        seed: seed of the per-member seeds when no ``generator`` is given (default 0);
-            ``None``: torch's global random state.
+        generator: source of the per-member seeds (a stream :meth:`resample` continues).
+        seed: their seed without ``generator`` (default 0; ``None``: torch's global state).
         output_kind: ``"logits"`` or ``"probs"``.
         trunk: deterministic first part of the model (given together with ``head``).
         head: the rest of the model, containing every stochastic module.

@@ -64,7 +64,9 @@ class ToyData:
         return int(self.x.shape[0])
 
 
-def _generator(generator: torch.Generator | None, seed: int | None, fn: str) -> torch.Generator | None:
+def _generator(
+    generator: torch.Generator | None, seed: int | None, fn: str
+) -> torch.Generator | None:
     """The random source under the library's rule (:mod:`bensemble._seeds`)."""
     return resolve_generator(generator, seed, fn)
 

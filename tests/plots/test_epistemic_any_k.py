@@ -38,9 +38,7 @@ def _details(k: int, n: int = 1500, seed: int = 0):
     logits = logits + torch.linspace(2.0, 0.0, k)
     members = logits.softmax(-1)
     labels = torch.multinomial(members.mean(0), 1, generator=g).squeeze(1)
-    details = expected_epistemic_calibration_error(
-        members, labels, 8, seed=0, return_details=True
-    )
+    details = expected_epistemic_calibration_error(members, labels, 8, seed=0, return_details=True)
     return details, labels
 
 
@@ -51,8 +49,11 @@ def _side(ax) -> float:
 
 def _inside_figure(fig, artist) -> bool:
     box = artist.get_window_extent(fig.canvas.get_renderer())
-    return box.x0 >= -0.5 and box.y0 >= -0.5 and box.x1 <= fig.bbox.width + 0.5 and (
-        box.y1 <= fig.bbox.height + 0.5
+    return (
+        box.x0 >= -0.5
+        and box.y0 >= -0.5
+        and box.x1 <= fig.bbox.width + 0.5
+        and (box.y1 <= fig.bbox.height + 0.5)
     )
 
 

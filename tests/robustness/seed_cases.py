@@ -67,7 +67,9 @@ def _probs(n: int = 60, k: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _dropout_net() -> nn.Module:
-    return _net(lambda: nn.Linear(2, 16), nn.ReLU, lambda: nn.Dropout(0.5), lambda: nn.Linear(16, 3))
+    return _net(
+        lambda: nn.Linear(2, 16), nn.ReLU, lambda: nn.Dropout(0.5), lambda: nn.Linear(16, 3)
+    )
 
 
 def _bayes_net() -> nn.Module:
@@ -91,7 +93,9 @@ def _weights(models: list[nn.Module]) -> list[torch.Tensor]:
 # ------------------------------------------------------------------------------ the cases
 def _conformal_sets(option: Option) -> list[torch.Tensor]:
     probs, labels = _probs(400)
-    cp = conformal.SplitConformalClassifier("aps", 0.1, **option).calibrate(probs[:200], labels[:200])
+    cp = conformal.SplitConformalClassifier("aps", 0.1, **option).calibrate(
+        probs[:200], labels[:200]
+    )
     first = cp.predict_set(probs[200:])
     again = cp.predict_set(probs[200:])  # one predictor: the same sets on every call
     assert torch.equal(first, again), "one predictor gave two different sets for the same rows"
@@ -176,7 +180,9 @@ class _Space(search.SearchSpace):
         return {"hidden": max(2, config["hidden"] + int(torch.randint(-1, 2, (1,))))}
 
     def build(self, config: dict) -> nn.Module:
-        return nn.Sequential(nn.Linear(2, config["hidden"]), nn.ReLU(), nn.Linear(config["hidden"], 2))
+        return nn.Sequential(
+            nn.Linear(2, config["hidden"]), nn.ReLU(), nn.Linear(config["hidden"], 2)
+        )
 
 
 def _loader() -> list:
@@ -186,7 +192,9 @@ def _loader() -> list:
 
 def _searcher(cls: type, **kw: Any) -> Callable[[Option], list[torch.Tensor]]:
     def run(option: Option) -> list[torch.Tensor]:
-        searcher = cls(_Space(), pool_size=4, ensemble_size=2, train_fn=lambda m: None, **kw, **option)
+        searcher = cls(
+            _Space(), pool_size=4, ensemble_size=2, train_fn=lambda m: None, **kw, **option
+        )
         ensemble = searcher.search(_loader())
         return [*_weights(searcher.pool_), _members(ensemble)]
 
@@ -270,7 +278,9 @@ SEED_CASES: list[SeedCase] = [
     SeedCase("SplitConformalClassifier", _conformal_sets),
     SeedCase("aps_scores", lambda o: conformal.aps_scores(_probs()[0], **o)),
     SeedCase("raps_scores", lambda o: conformal.raps_scores(_probs()[0], **o)),
-    SeedCase("split_calibration", lambda o: conformal.split_calibration(_probs()[1], **o).conformal),
+    SeedCase(
+        "split_calibration", lambda o: conformal.split_calibration(_probs()[1], **o).conformal
+    ),
     SeedCase("Ensemble", lambda o: _members(core.Ensemble.from_stochastic(_dropout_net(), 4, **o))),
     SeedCase("Ensemble.resample", _resample, zero_is_default=False),
     SeedCase("StochasticMembers", _stochastic_members),
@@ -282,7 +292,10 @@ SEED_CASES: list[SeedCase] = [
     SeedCase("bernoulli_mask", lambda o: layers.bernoulli_mask((6, 5), 0.5, **o)),
     SeedCase("BayesianLinear", _sample_weights(layers.BayesianLinear, 3, 2)),
     SeedCase("BayesianConv2d", _sample_weights(layers.BayesianConv2d, 2, 2, 3)),
-    SeedCase("predict_with_uncertainty", lambda o: utils.predict_with_uncertainty(_bayes_net(), _xy()[0], 3, **o)[1]),
+    SeedCase(
+        "predict_with_uncertainty",
+        lambda o: utils.predict_with_uncertainty(_bayes_net(), _xy()[0], 3, **o)[1],
+    ),
     SeedCase("LaplaceApproximation", _laplace),
     SeedCase("LastLayerLaplace", _last_layer_laplace),
     SeedCase("PBPEngine", _pbp),
@@ -291,22 +304,37 @@ SEED_CASES: list[SeedCase] = [
     SeedCase("EvidentialKNN", _illustrative(methods.EvidentialKNN)),
     SeedCase("RelativeLikelihood", _illustrative(methods.RelativeLikelihood)),
     SeedCase("RandomForestMembers", _forest),
-    SeedCase("gaussian_members", lambda o: methods.gaussian_members(torch.full((6,), 0.5), torch.full((6,), 0.01), 3, **o)),
+    SeedCase(
+        "gaussian_members",
+        lambda o: methods.gaussian_members(torch.full((6,), 0.5), torch.full((6,), 0.01), 3, **o),
+    ),
     SeedCase("train_model", _train_model),
     SeedCase("train_ensemble", _train_ensemble),
     SeedCase("RandomSearcher", _searcher(search.RandomSearcher)),
-    SeedCase("EvolutionarySearcher", _searcher(search.EvolutionarySearcher, population_size=3, num_parent_candidates=2)),
+    SeedCase(
+        "EvolutionarySearcher",
+        _searcher(search.EvolutionarySearcher, population_size=3, num_parent_candidates=2),
+    ),
     SeedCase("NESBayesianSampler", _nes),
-    SeedCase("EECEMeter", lambda o: torch.tensor(metrics.EECEMeter.from_sample(torch.softmax(torch.randn(3, 300, 3, generator=_g(5)), -1), n_bins=10, **o).centroids[0])),
+    SeedCase(
+        "EECEMeter",
+        lambda o: torch.tensor(
+            metrics.EECEMeter.from_sample(
+                torch.softmax(torch.randn(3, 300, 3, generator=_g(5)), -1), n_bins=10, **o
+            ).centroids[0]
+        ),
+    ),
     SeedCase("ExpectedEpistemicCalibrationError", _torchmetrics_eece),
     SeedCase("poisson_weights", lambda o: intervals.poisson_weights(range(10), 5, **o)),
     SeedCase("selective_replicates", _selective, fresh=False, why="takes an integer seed only"),
-    SeedCase("selective_intervals", _selective_intervals, fresh=False, why="takes an integer seed only"),
+    SeedCase(
+        "selective_intervals", _selective_intervals, fresh=False, why="takes an integer seed only"
+    ),
     SeedCase("ReplicateState", _replicate_state),
     SeedCase("expected_epistemic_calibration_error", _eece),
     SeedCase("EpistemicReliabilityDisplay", _eece_display),
     SeedCase("plot_epistemic_reliability_diagram", _eece_figure),
-]  # fmt: skip
+]
 
 #: Public names whose ``seed`` / ``generator`` / ``random_state`` parameter starts no random step
 #: of their own (name -> why).
@@ -318,7 +346,7 @@ NOT_RANDOM: dict[str, str] = {
         "chain itself is seeded by the constructor (the BayesianLogisticRegression case)"
     ),
     "RandomForestMembers.sample_members": "the first n trees; `generator` is unused (protocol)",
-    "IllustrativeClassifier": "abstract base: the Centroids, EvidentialKNN, RelativeLikelihood cases",
+    "IllustrativeClassifier": "abstract base: see the Centroids, EvidentialKNN cases",
 }
 
 #: Names owned by branches still in flight whose default is not fixed on this branch yet

@@ -66,7 +66,9 @@ def _covered(name: str, cases: set[str]) -> bool:
 def test_every_random_public_name_has_a_case():
     cases = {case.name for case in SEED_CASES} | set(PENDING)
     missing = sorted(name for name in _random_signatures() if not _covered(name, cases))
-    assert not missing, f"public names with a seed / generator and no case in seed_cases.py: {missing}"
+    assert not missing, (
+        f"public names with a seed / generator and no case in seed_cases.py: {missing}"
+    )
 
 
 def test_seed_defaults_are_fixed():
@@ -101,9 +103,7 @@ def _run(case: SeedCase, option: dict[str, Any]) -> list[torch.Tensor]:
 
 
 def _identical(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
-    return len(a) == len(b) and all(
-        x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b)
-    )
+    return len(a) == len(b) and all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b))
 
 
 def _params() -> list:
