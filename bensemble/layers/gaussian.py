@@ -193,7 +193,7 @@ class MeanFieldGaussianLayer(BaseBayesianLayer):
             seed: seed of the noise when no ``generator`` is given (default 0: identical calls
                 give the same draw); ``None``: torch's global random state.
         """
-        generator = check_generator(generator, seed, "sample_weights")
+        generator = check_generator(generator, seed, f"{type(self).__name__}.sample_weights")
         w_mu, w_sigma, b_mu, b_sigma = self._moments()
         weight = w_mu + w_sigma * gaussian_noise(self.w_mu.shape, self.w_mu, generator)
         bias = b_mu + b_sigma * gaussian_noise(self.b_mu.shape, self.b_mu, generator)
