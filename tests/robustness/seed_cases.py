@@ -274,6 +274,23 @@ def _torchmetrics_eece(option: Option) -> torch.Tensor:
     return metric.compute()
 
 
+def _regression(option: Option) -> list[torch.Tensor]:
+    """bensemble.regression (merged from wt-regression): the toy maker and the regression EECE."""
+    import pytest
+
+    regression = pytest.importorskip("bensemble.regression")
+    toy = datasets.make_regression_toy(300, **option)
+    g = _g(3)
+    members = torch.stack([toy.x.reshape(-1) * s for s in (0.9, 1.0, 1.1)])
+    members = members + 0.1 * torch.randn(members.shape, generator=g, dtype=members.dtype)
+    bins = regression.fit_regression_bins(members, 8, **option)
+    value = regression.regression_epistemic_calibration_error(members, toy.y, n_bins=8, **option)
+    details = regression.regression_epistemic_calibration_details(
+        members, toy.y, n_bins=8, **option
+    )
+    return [toy.x, toy.y, bins, torch.tensor(value), details.point_bins]
+
+
 SEED_CASES: list[SeedCase] = [
     SeedCase("SplitConformalClassifier", _conformal_sets),
     SeedCase("aps_scores", lambda o: conformal.aps_scores(_probs()[0], **o)),
@@ -331,6 +348,10 @@ SEED_CASES: list[SeedCase] = [
         "selective_intervals", _selective_intervals, fresh=False, why="takes an integer seed only"
     ),
     SeedCase("ReplicateState", _replicate_state),
+    SeedCase("make_regression_toy", _regression),
+    SeedCase("fit_regression_bins", _regression),
+    SeedCase("regression_epistemic_calibration_error", _regression),
+    SeedCase("regression_epistemic_calibration_details", _regression),
     SeedCase("expected_epistemic_calibration_error", _eece),
     SeedCase("EpistemicReliabilityDisplay", _eece_display),
     SeedCase("plot_epistemic_reliability_diagram", _eece_figure),
@@ -341,6 +362,7 @@ SEED_CASES: list[SeedCase] = [
 NOT_RANDOM: dict[str, str] = {
     "MemberSource": "a Protocol: sample_members(x, n, generator) of its implementers (cases above)",
     "EECEDetails": "a result dataclass: its `seed` field records the seed an EECE used",
+    "RegressionEECEDetails": "a result dataclass: its `seed` field records the seed used",
     "BayesianLogisticRegression.sample_members": (
         "without a generator, n evenly spaced draws of the fitted chain (no randomness); the "
         "chain itself is seeded by the constructor (the BayesianLogisticRegression case)"
