@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from bensemble._validation import as_binary, as_float_tensor, as_labels, as_probs, to_tensor
+from bensemble.metrics.scoring import _top_label
 
 __all__ = ["selective_inputs"]
 
@@ -60,5 +61,5 @@ def _from_probs(probs: Any, labels: Any, fn: str) -> tuple[torch.Tensor, torch.T
     if p.ndim == 3:
         p = p.to(_F64).mean(dim=0)
     y = as_labels(labels, "labels", fn, n=p.shape[0], num_classes=p.shape[1], device=p.device)
-    confidence, prediction = p.max(dim=1)
+    confidence, prediction = _top_label(p)  # first index on ties, as accuracy()
     return confidence.to(_F64), (prediction == y).to(_F64)

@@ -86,12 +86,14 @@ class ClasswiseView:
         self.note = subset_note(len(self.drawn), n_classes)
         self.mask = torch.isin(classes, self.drawn.to(classes.device))
         self.palette = class_colours(len(self.drawn))
-        self._rank = {int(k): i for i, k in enumerate(self.drawn)}
+        self._rank = torch.full((n_classes,), -1, dtype=torch.int64)
+        self._rank[self.drawn] = torch.arange(len(self.drawn))
 
     def colours(self, bin_classes: torch.Tensor) -> Any:
         """``[B', 4]`` RGBA colours of bins of drawn classes (``None`` for no bin)."""
-        rows = [self._rank[int(k)] for k in bin_classes.cpu().tolist()]
-        return self.palette[rows] if rows else None
+        if bin_classes.numel() == 0:
+            return None
+        return self.palette[self._rank[bin_classes.cpu()].numpy()]
 
     def handles(self) -> list:
         """One normal-size legend marker per drawn class."""
