@@ -23,6 +23,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from bensemble import _progress
+from bensemble._seeds import DEFAULT_SEED
 from bensemble._validation import (
     MIN_MEMBER_BYTES,
     as_labels,
@@ -58,7 +59,7 @@ def train_model(
     optimizer: OptimizerFactory | None = None,
     loss_fn: LossFn | None = None,
     generator: torch.Generator | None = None,
-    seed: int | None = None,
+    seed: int | None = DEFAULT_SEED,
     progress: bool = False,
 ) -> nn.Module:
     """Train one classifier by minibatch gradient descent; return it in eval mode.
@@ -71,12 +72,14 @@ def train_model(
         batch_size: minibatch size (the last batch of an epoch may be smaller).
         optimizer: factory ``params -> torch.optim.Optimizer`` (default Adam, ``lr = 1e-3``).
         loss_fn: ``loss_fn(logits, y) -> scalar`` (default cross-entropy, mean over the batch).
-        generator: random source of the data order and of stochastic layers during training.
-        seed: alternative to ``generator``.
+        generator: random source of the data order and of stochastic layers during training
+            (its state advances).
+        seed: seed of that source when no ``generator`` is given (default 0: identical calls
+            train identical networks); ``None``: torch's global random state.
         progress: show a tqdm bar over epochs.
 
-    The global RNG is forked (and restored afterwards), so training draws nothing from it when a
-    generator or seed is given.
+    The global RNG is forked (and restored afterwards), so training draws nothing from it unless
+    ``seed=None``.
     """
     fn = "train_model"
     check_module(model, "model", fn)
@@ -99,7 +102,7 @@ def train_ensemble(
     optimizer: OptimizerFactory | None = None,
     loss_fn: LossFn | None = None,
     generator: torch.Generator | None = None,
-    seed: int | None = None,
+    seed: int | None = DEFAULT_SEED,
     progress: bool = True,
     *,
     backend: str = "sequential",
@@ -113,8 +116,9 @@ def train_ensemble(
         data: a pair ``(X, y)`` of tensors / arrays or a torch ``Dataset`` of ``(x, y)`` items.
         n_members: ensemble size (the paper uses 10).
         epochs, batch_size, optimizer, loss_fn: as in :func:`train_model`.
-        generator: random source of the per-member seeds (``None``: torch's global RNG).
-        seed: alternative to ``generator``.
+        generator: random source of the per-member seeds (its state advances).
+        seed: seed of the per-member seeds when no ``generator`` is given (default 0: identical
+            calls train identical members); ``None``: torch's global random state.
         progress: show a tqdm bar over all members' epochs.
         backend: ``"sequential"`` (this process), ``"joblib"`` (a loky process pool) or
             ``"ray"`` (one Ray task per member); see :mod:`bensemble.methods._parallel`. Every

@@ -22,7 +22,7 @@ import torch
 
 from bensemble import calibration as cal
 from bensemble import conformal as conf
-from bensemble import datasets, losses, metrics, utils
+from bensemble import datasets, losses, metrics, plots, utils
 from bensemble import uncertainty as unc
 from bensemble.metrics import intervals
 
@@ -134,8 +134,8 @@ def _conformal(score: str, class_conditional: bool = False, randomized: bool = T
     return run
 
 
-def _meter(probs, targets):
-    return metrics.CalibrationErrorMeter(n_bins=5).update(probs, targets).compute()
+def _meter(probs, labels):
+    return metrics.CalibrationErrorMeter(n_bins=5).update(probs, labels).compute()
 
 
 def _gaussian_nll(preds, target):
@@ -181,9 +181,6 @@ CHECKS: dict[str, Callable[[Any, Case], None]] = {
     "binned_calibration_stats": _binned,
     "reliability_diagram": _reliability,
     "assign_bins": _bin_ids,
-    "aurc": _in(0, 1),
-    "excess_aurc": _in(0, 1),
-    "risk_coverage_curve": _tensors_in(-math.inf, math.inf),
     "selective_confidence": _tensors_in(-math.inf, math.inf),
     "auroc": _in(0, 1),
     "aupr": _in(0, 1),
@@ -215,18 +212,18 @@ OVERRIDES: list[Entry] = [
     # scoring
     Entry(
         "negative_log_likelihood[from_logits]",
-        lambda probs, targets: metrics.negative_log_likelihood(probs, targets, from_logits=True),
-        {"probs": "logits", "targets": L},
+        lambda probs, labels: metrics.negative_log_likelihood(probs, labels, from_logits=True),
+        {"probs": "logits", "labels": L},
         _in(0, math.inf),
     ),
     # calibration errors
     Entry(
         "expected_calibration_error[from_logits]",
-        lambda probs, targets: metrics.expected_calibration_error(probs, targets, from_logits=True),
-        {"probs": "logits", "targets": L},
+        lambda probs, labels: metrics.expected_calibration_error(probs, labels, from_logits=True),
+        {"probs": "logits", "labels": L},
         _in(0, 1),
     ),
-    Entry("CalibrationErrorMeter", _meter, {"probs": P, "targets": L}, _in(0, 1)),
+    Entry("CalibrationErrorMeter", _meter, {"probs": P, "labels": L}, _in(0, 1)),
     # epistemic calibration
     Entry(
         "expected_epistemic_calibration_error",
@@ -263,7 +260,35 @@ OVERRIDES: list[Entry] = [
         names=("n_bins",),
         max_k=50,
     ),
-    # selective prediction
+    # selective prediction: (confidence, correct) and (probs, labels)
+    Entry("aurc", metrics.aurc, {"confidence": "conf", "correct": "correct"}, _in(0, 1)),
+    Entry(
+        "excess_aurc", metrics.excess_aurc, {"confidence": "conf", "correct": "correct"}, _in(0, 1)
+    ),
+    Entry(
+        "risk_coverage_curve",
+        metrics.risk_coverage_curve,
+        {"confidence": "conf", "correct": "correct"},
+        _tensors_in(-math.inf, math.inf),
+    ),
+    Entry(
+        "aurc[probs]",
+        lambda probs, labels: metrics.aurc(probs, labels),
+        {"probs": P, "labels": L},
+        _in(0, 1),
+    ),
+    Entry(
+        "plot_risk_coverage",
+        plots.plot_risk_coverage,
+        {"confidence": "conf", "correct": "correct"},
+        lambda value, case: _finite_result(value, case),
+    ),
+    Entry(
+        "risk_coverage_curve[probs]",
+        lambda probs, labels: metrics.risk_coverage_curve(probs=probs, labels=labels),
+        {"probs": P, "labels": L},
+        _tensors_in(0, 1),
+    ),
     Entry(
         "coverage_at_risk",
         lambda confidence, correct: metrics.coverage_at_risk(confidence, correct, 0.2),
