@@ -15,7 +15,6 @@ uncertainty estimation using deep ensembles", NeurIPS 30.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 
 import torch
@@ -30,8 +29,6 @@ from bensemble._validation import (
     check_count,
     check_finite,
     check_generator,
-    check_option,
-    check_positive_int,
     check_same_length,
     to_tensor,
 )
@@ -41,7 +38,7 @@ from bensemble.methods._member_training import (
     check_module,
     train_member,
 )
-from bensemble.methods._parallel import BACKENDS, run_members
+from bensemble.methods._parallel import MemberBackend, run_members
 
 __all__ = ["train_model", "train_ensemble"]
 
@@ -105,9 +102,7 @@ def train_ensemble(
     seed: int | None = DEFAULT_SEED,
     progress: bool = True,
     *,
-    backend: str = "sequential",
-    n_jobs: int | None = None,
-    temp_dir: str | os.PathLike | None = None,
+    backend: str | MemberBackend = "sequential",
 ) -> list[nn.Module]:
     """Train ``n_members`` networks that differ only by initialisation and data order.
 
@@ -120,14 +115,11 @@ def train_ensemble(
         seed: seed of the per-member seeds when no ``generator`` is given (default 0: identical
             calls train identical members); ``None``: torch's global random state.
         progress: show a tqdm bar over all members' epochs.
-        backend: ``"sequential"`` (this process), ``"joblib"`` (a loky process pool) or
-            ``"ray"`` (one Ray task per member); see :mod:`bensemble.methods._parallel`. Every
-            backend returns the same members, member for member, under the same seeds; the
-            parallel ones train each member with one torch thread.
-        n_jobs: parallel workers (default: the CPU count, at most ``n_members``); for Ray the
-            ``num_cpus`` of the local instance it starts (an initialised Ray is reused as is).
-        temp_dir: directory for the backend's temporary files (Ray's session directory, joblib's
-            memmapping folder); default: the backend's own default.
+        backend: where members train: ``"sequential"`` (this process), ``"joblib"``, ``"ray"``,
+            or a :class:`MemberBackend` that also sets ``n_jobs`` and ``temp_dir``
+            (``MemberBackend("ray", n_jobs=4)``). Every backend returns the same members,
+            member for member, under the same seeds; the parallel ones train each member with
+            one torch thread.
 
     Returns:
         the trained members, in eval mode.
@@ -147,21 +139,19 @@ def train_ensemble(
     g = check_generator(generator, seed, fn)
     config = TrainConfig(fn, epochs, batch_size, optimizer, loss_fn)
     dataset = _as_dataset(data, fn)
-    check_option(backend, "backend", BACKENDS, fn)
-    if n_jobs is not None:
-        n_jobs = check_positive_int(n_jobs, "n_jobs", fn)
+    backend = MemberBackend.of(backend, fn)
     seeds = torch.randint(0, _SEED_HIGH, (n_members, 2), generator=g).tolist()
     total = n_members * config.epochs
     with _progress.progress(total=total, enabled=progress, desc="deep ensemble") as bar:
-        if backend != "sequential":
+        if backend.name != "sequential":
             return run_members(
-                backend,
+                backend.name,
                 make_model,
                 dataset,
                 config,
                 seeds,
-                n_jobs=n_jobs,
-                temp_dir=temp_dir,
+                n_jobs=backend.n_jobs,
+                temp_dir=backend.temp_dir,
                 bar=bar,
             )
         return [build_member(make_model, dataset, config, a, b, bar) for a, b in seeds]
