@@ -272,7 +272,7 @@ sys.exit(main(argv))
 
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc")
 @pytest.mark.xfail(
-    strict=True,
+    strict=False,  # passes where a truncated map reads zeros rather than raising SIGBUS
     reason="bensemble evaluate --chunk-size still reads np.load(mmap_mode='r'), which dies with "
     "SIGBUS; passes once the evaluate engine reads through bensemble.io.open_npy_chunks (issue 21)"
     " - then remove this mark",
