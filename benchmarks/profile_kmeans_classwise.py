@@ -215,6 +215,7 @@ def imagenet() -> None:
     rows = _sorted.SortedRows.build(x32)
     steps, full_step = [], _sorted_seed._full_step
     _sorted_seed._full_step = lambda *a: steps.append(1) or full_step(*a)
+
     def gens():
         return [torch.Generator().manual_seed(0) for _ in range(8)]
 
