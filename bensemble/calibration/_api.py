@@ -92,6 +92,17 @@ def as_numpy(t: torch.Tensor) -> Any:
     return t.detach().to(device="cpu", dtype=_F64).numpy().copy()
 
 
+def fitted_array(state: str) -> property:
+    """A read-only property ``<state>_`` of a :class:`ProbabilityCalibrator`: its fitted state
+    tensor ``state`` as a float64 numpy array (a copy), refused before ``fit``."""
+
+    def read(self: ProbabilityCalibrator) -> Any:
+        self._require_fit(f"{self._name}.{state}_")
+        return as_numpy(getattr(self, state))
+
+    return property(read, doc=f"The fitted ``{state}`` as a float64 numpy array (a copy).")
+
+
 def check_fitted_layout(
     raw: torch.Tensor, fn: str, name: str, num_classes: int | None
 ) -> tuple[bool, int]:
