@@ -15,7 +15,7 @@ from bensemble.calibration._api import (
     PROB_FLOOR,
     ProbabilityCalibrator,
     check_min_prob,
-    fitted_array,
+    numpy_view,
     shape_is,
 )
 from bensemble.calibration._lbfgs import CONVERGENCE_GTOL, minimise
@@ -112,8 +112,8 @@ class DirichletCalibration(ProbabilityCalibrator):
         self.max_iter = check_positive_int(max_iter, "max_iter", fn)
         self.min_prob = check_min_prob(min_prob, fn)
 
-    weight_ = fitted_array("weight")
-    bias_ = fitted_array("bias")
+    weight_ = numpy_view("weight")
+    bias_ = numpy_view("bias")
 
     def _check_hyperparameters(self, fn: str) -> None:
         super()._check_hyperparameters(fn)

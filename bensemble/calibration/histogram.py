@@ -10,9 +10,9 @@ import torch
 from bensemble._validation import check_n_bins
 from bensemble.calibration._api import (
     ProbabilityCalibrator,
-    fitted_array,
     in_unit_interval,
     normalise_rows,
+    numpy_view,
     shape_is,
 )
 
@@ -102,7 +102,7 @@ class HistogramBinningCalibration(ProbabilityCalibrator):
         super().__init__(from_logits=from_logits)
         self.n_bins = check_n_bins(n_bins, self._name)
 
-    bin_values_ = fitted_array("bin_values")
+    bin_values_ = numpy_view("bin_values")
 
     def _check_hyperparameters(self, fn: str) -> None:
         super()._check_hyperparameters(fn)

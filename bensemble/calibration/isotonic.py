@@ -9,8 +9,8 @@ import torch
 
 from bensemble.calibration._api import (
     ProbabilityCalibrator,
-    fitted_array,
     in_unit_interval,
+    numpy_view,
     require,
 )
 from bensemble.calibration.histogram import combine_one_vs_all, one_vs_all_columns
@@ -121,8 +121,8 @@ class IsotonicCalibration(ProbabilityCalibrator):
     def __init__(self, *, from_logits: bool = False) -> None:
         super().__init__(from_logits=from_logits)
 
-    thresholds_x_ = fitted_array("thresholds_x")
-    thresholds_y_ = fitted_array("thresholds_y")
+    thresholds_x_ = numpy_view("thresholds_x")
+    thresholds_y_ = numpy_view("thresholds_y")
 
     def _fit_map(self, p: torch.Tensor, log_p: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
         cols, targets = one_vs_all_columns(p, y)
