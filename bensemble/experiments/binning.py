@@ -166,7 +166,8 @@ SPEC = ExperimentSpec(
         f"n_bins='auto' picks M = {c.auto} at N = {c.n_test}; the paper's minimum is near "
         f"{_paper_bins()} bins at 10,000 points."
     ],
-    default_repeats=PAPER_REPEATS,  # about 2-5 minutes on 2 CPU cores
+    # about 2-5 minutes on 2 CPU cores with the default repeats
+    default_repeats=PAPER_REPEATS,
 )
 
 

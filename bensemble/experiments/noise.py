@@ -121,7 +121,8 @@ SPEC = ExperimentSpec(
         "paper: almost a factor of 10 at rho = 0.95, from its 0.007 plateau at 50 points. "
         "leaf5 = min_samples_leaf=5 (the paper's), leaf1 = 1."
     ],
-    default_repeats=PAPER_REPEATS,  # about 2-5 minutes on 2 CPU cores
+    # about 2-5 minutes on 2 CPU cores with the default repeats
+    default_repeats=PAPER_REPEATS,
 )
 
 

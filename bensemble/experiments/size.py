@@ -198,7 +198,8 @@ SPEC = ExperimentSpec(
         "vectors = distinct member vectors on the test points; TECE conditions on the member "
         "vector."
     ],
-    default_repeats=PAPER_REPEATS,  # about 2-5 minutes on 2 CPU cores
+    # about 2-5 minutes on 2 CPU cores with the default repeats
+    default_repeats=PAPER_REPEATS,
 )
 
 

@@ -223,7 +223,8 @@ SPEC = ExperimentSpec(
     verdicts=toy_findings,
     figures=_figures,
     notes=_notes,
-    default_repeats=PAPER_REPEATS,  # 21-33 minutes on 2 busy CPU cores
+    # 21-33 minutes on 2 busy CPU cores with the default repeats
+    default_repeats=PAPER_REPEATS,
     illustrative=True,
 )
 
