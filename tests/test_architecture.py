@@ -101,7 +101,6 @@ def _public_callables():
                         yield f"{obj.__module__}.{obj.__qualname__}.{attr}", func
 
 
-@pytest.mark.xfail(strict=True, reason="the EECE's 21 K-means keywords: branch wt-kmeans")
 def test_public_functions_take_at_most_12_parameters():
     too_many = {}
     for name, func in _public_callables():

@@ -37,14 +37,14 @@ from bensemble import _progress
 from bensemble._validation import as_labels, check_bool, check_positive_int
 from bensemble.metrics._chunked_rows import MemberRows, open_memmap
 from bensemble.metrics._epistemic_checks import WARN_OCCUPANCY, resolve_n_bins
-from bensemble.metrics._kmeans import (
+from bensemble.metrics.binning._fit import (
     DEFAULT_LLOYD_RTOL,
     DEFAULT_REFINE,
     DEFAULT_SUBSAMPLE,
     _fit,
     resolve_seed,
 )
-from bensemble.metrics._kmeans_batched import map_classes, single_threaded
+from bensemble.metrics.binning._threads import map_classes, single_threaded
 from bensemble.metrics.streaming import (
     AccuracyMeter,
     BrierMeter,
