@@ -209,7 +209,8 @@ def test_architecture_page_names_only_files_that_exist():
     paths = set(re.findall(r"`((?:bensemble|tests|docs|benchmarks)/[\w./]*)`", text))
     paths |= set(re.findall(r"`([\w./-]+\.(?:py|md|yml|toml))`", text))
     assert len(paths) >= 5, paths
-    missing = sorted(p for p in paths if not (ROOT / p).exists())
+    generated = {"docs/assets/vendor/"}  # fetched by `make docs-assets`, git-ignored
+    missing = sorted(p for p in paths - generated if not (ROOT / p).exists())
     assert not missing, (
         f"docs/architecture.md names files that are not in the repository: {missing}"
     )
