@@ -1,26 +1,32 @@
-"""Evaluating member predictions larger than memory: chunked passes over a memory-mapped array.
+"""The classwise EECE of member predictions larger than memory: its K-means fit and its sums,
+streamed over a row source a chunk of rows at a time.
 
-:func:`evaluate_chunked` reads ``[M, N, K]`` member probabilities (or logits; ``[N, K]`` for one
-model) from a ``.npy`` file opened with ``np.load(mmap_mode="r")`` - or any array supporting
-slicing - ``chunk_size`` samples at a time, feeds the streaming meters of
-:mod:`bensemble.metrics.streaming`, and returns the numbers of
-:func:`bensemble.app.evaluate.evaluate_predictions` without a calibration split
-(accuracy, NLL, Brier, ECE and classwise ECE of the ensemble mean; for ``M > 1`` the mean
-uncertainty decomposition and the EECE), up to float64 summation order. Memory is
-``O(chunk_size * M * K)`` plus the labels. (``bensemble evaluate --chunk-size`` adds the
-calibration split on top of the same pieces: :mod:`bensemble.app.evaluate_stream`.)
+A *row source* is anything that reads validated float64 member probabilities ``[M, b, K]`` of a
+dataset of ``N`` rows on demand (:class:`~bensemble.metrics._chunked_rows.MemberRows` over one
+array, or the multi-shard sources of :mod:`bensemble.app.evaluate`): attributes ``m``, ``n``,
+``k``, and methods ``slice(start, stop)``, ``take(rows)`` (distinct rows, in that order) and
+``release(force=False)``. The functions here give the *same* partition and the same per-bin sums
+as :func:`~bensemble.metrics.expected_epistemic_calibration_error` (classwise, K-means bins, its
+default stopping rule) on the rows ``positions`` of the source, read instead of held:
 
-The EECE follows the two-phase protocol with the *same* K-means fit as the in-memory path:
+1. :func:`canonical_order_chunked` puts the members in the EECE's canonical order (a byte-wise
+   sort of each member's whole prediction array, :func:`~bensemble.metrics._epistemic_checks.
+   canonical_member_order`) from the first chunk(s): a later chunk is read only while two
+   members are bit-identical so far;
+2. :func:`fit_classwise_centroids` fits every class's K-means exactly as the in-memory batched
+   fit does (same seed, same subsample rows, same seeding and Lloyd steps, same stopping rule),
+   on the subsample rows gathered from the source once for all classes; the ``refine`` Lloyd
+   steps over every row each take one streamed pass that serves every class and every seed at
+   once (per-centroid sums and counts, float64);
+3. :class:`EECESums` assigns each chunk's member vectors to the nearest centroid (float64, as
+   the in-memory assignment) and accumulates the per-bin sums; states merge by addition, so
+   chunks, shards and workers combine to the one-shot value up to float64 summation order;
+   :func:`eece_result` turns the sums of one state per K-means seed into the reported numbers
+   and the :class:`~bensemble.metrics.epistemic.EECEDetails` of the first seed.
 
-1. the members are put in the EECE's canonical order
-   (:func:`~bensemble.metrics._epistemic_checks.canonical_member_order`: a byte-wise sort of each
-   member's whole prediction array), found by :func:`canonical_order_chunked` from the first
-   chunk(s) - a later chunk is read only while two members are bit-identical so far;
-2. each class's K-means draws the same seeded subsample rows (gathered from the file), and its
-   refinement steps stream over the file chunk by chunk (:func:`fit_centroids_chunked`; each
-   class's fit reads the file ``1 + refine`` times when ``N`` exceeds the subsample);
-3. an :class:`~bensemble.metrics.streaming_epistemic.EECEMeter` per K-means seed accumulates the
-   per-bin sums in the main pass.
+Memory: a chunk, the subsample columns of a group of classes (``subsample x M`` float64 each;
+classes are fitted a group at a time when all of them would not fit :data:`FIT_BUDGET` bytes, each
+group reading the subsample rows once) and the ``O(K * bins * M)`` sums.
 """
 
 from __future__ import annotations
@@ -34,67 +40,56 @@ import numpy as np
 import torch
 
 from bensemble import _progress
-from bensemble._validation import as_labels, check_bool, check_positive_int
 from bensemble.metrics._chunked_rows import MemberRows, open_memmap
-from bensemble.metrics._epistemic_checks import WARN_OCCUPANCY, resolve_n_bins
-from bensemble.metrics._kmeans import (
-    DEFAULT_LLOYD_RTOL,
-    DEFAULT_REFINE,
-    DEFAULT_SUBSAMPLE,
-    _fit,
-    resolve_seed,
-)
-from bensemble.metrics._kmeans_batched import map_classes, single_threaded
-from bensemble.metrics.streaming import (
-    AccuracyMeter,
-    BrierMeter,
-    CalibrationErrorMeter,
-    ClasswiseCalibrationErrorMeter,
-    NLLMeter,
-)
-from bensemble.metrics.streaming_epistemic import EECEMeter, UncertaintyMeter
+from bensemble.metrics._eece_stats import _eece_compute, _eece_update, _member_variance
+from bensemble.metrics._epistemic_checks import WARN_OCCUPANCY
+from bensemble.metrics._kmeans import DEFAULT_LLOYD_RTOL, DEFAULT_REFINE, DEFAULT_SUBSAMPLE
+from bensemble.metrics._kmeans_assign import _assign, _chunks, _n_distinct_at_least
+from bensemble.metrics._kmeans_classes import _lloyd_batch, _seed_batch
+from bensemble.metrics._kmeans_core import _fit_torch, _kmeans_plusplus, _lloyd
 
 __all__ = [
+    "EECESums",
+    "FIT_BUDGET",
     "MemberRows",
     "canonical_order_chunked",
     "eece_result",
-    "evaluate_chunked",
-    "fit_centroids_chunked",
-    "metric_meters",
+    "fit_classwise_centroids",
     "open_memmap",
 ]
 
-_F64 = torch.float64
+_F32, _F64 = torch.float32, torch.float64
+#: Bytes of subsample columns held at once while fitting (classes beyond it: another group).
+FIT_BUDGET = 256 << 20
+_MAX_ITER, _TOL = 300, 1e-4
 
 
-def _part_blocks(
-    rows: MemberRows, positions: np.ndarray | None, block: int
-) -> Iterator[torch.Tensor]:
-    """The evaluated part (``positions``, in that order; ``None``: every row) block by block."""
-    n_part = rows.n if positions is None else len(positions)
+def _part_blocks(source: Any, positions: np.ndarray | None, block: int) -> Iterator[torch.Tensor]:
+    """The part ``positions`` (in that order; ``None``: every row) block by block."""
+    n_part = source.n if positions is None else len(positions)
     for start in range(0, n_part, block):
         if positions is None:
-            yield rows.slice(start, start + block)
+            yield source.slice(start, start + block)
         else:
-            yield rows.take(positions[start : start + block])
-        rows.release()
+            yield source.take(positions[start : start + block])
+        source.release()
 
 
 def canonical_order_chunked(
-    rows: MemberRows, positions: np.ndarray | None = None, *, block: int = 65_536
+    source: Any, positions: np.ndarray | None = None, *, block: int = 65_536
 ) -> torch.Tensor | None:
     """The EECE's canonical member order of the part ``positions`` (in that order), read block
     by block: members are sorted by the bytes of their whole flattened float64 prediction array
     (:func:`~bensemble.metrics._epistemic_checks.canonical_member_order`). A byte-wise order is
     lexicographic, so each block only sorts the members still tied (bit-identical so far); the
     reading stops once no two are tied. ``None`` when the members are already in that order."""
-    if rows.m < 2:
+    if source.m < 2:
         return None
-    groups = [np.arange(rows.m)]
-    for p in _part_blocks(rows, positions, block):
+    groups = [np.arange(source.m)]
+    for p in _part_blocks(source, positions, block):
         if all(len(g) == 1 for g in groups):
             break
-        flat = np.ascontiguousarray(p.reshape(rows.m, -1).numpy())
+        flat = np.ascontiguousarray(p.reshape(source.m, -1).numpy())
         width = np.dtype((np.void, flat.shape[1] * flat.itemsize))
         refined = []
         for group in groups:
@@ -111,48 +106,116 @@ def canonical_order_chunked(
                     start = i
         groups = refined
     order = np.concatenate(groups)
-    return None if np.array_equal(order, np.arange(rows.m)) else torch.from_numpy(order)
+    return None if np.array_equal(order, np.arange(source.m)) else torch.from_numpy(order)
 
 
-class _ClassColumns:
-    """Duck-typed ``[n, M]`` float64 member vectors of class ``k`` of the part ``positions``,
-    read from the array on indexing, ``block`` rows per read (what the K-means fit needs:
-    ``shape``, ``device``, ``dtype``, ``x[rows]``, ``x[a:b]``). ``x[rows]`` follows the part's
-    order, as the in-memory fit does; ``x[a:b]`` (the refinement passes, which sum over every
-    row) walks the part in file order (``ascending``), so each read is one contiguous range."""
+# ----------------------------------------------------------------------------- the fit
+class _ClassFit:
+    """One class's fit for one seed: its subsample columns, the state of its generator after
+    the subsample draw, and (once fitted) float64 centroids with the rows each received."""
 
-    def __init__(self, rows: MemberRows, k: int, positions, ascending, order, block) -> None:
-        self.rows, self.k, self.order, self.block = rows, k, order, block
-        self.positions, self.ascending = positions, ascending
-        n = rows.n if positions is None else len(positions)
-        self.shape = torch.Size([n, rows.m])
-        self.device = torch.device("cpu")
-        self.dtype = _F64
+    def __init__(self, x_fit: torch.Tensor, n_bins: int, state: torch.Tensor, subsampled: bool):
+        self.x_fit = x_fit
+        self.state = state
+        self.subsampled = subsampled
+        n_fit = x_fit.shape[0]
+        self.n_clusters = _n_distinct_at_least(x_fit, min(n_bins, n_fit))
+        self.plain = not (self.n_clusters < min(n_bins, n_fit) or self.n_clusters == n_fit)
+        self.tol_abs = _TOL * float(x_fit.var(dim=0, unbiased=False).mean()) if self.plain else 0.0
+        self.centroids: torch.Tensor | None = None
+        self.counts: torch.Tensor | None = None
 
-    def __getitem__(self, index: Any) -> torch.Tensor:
-        if isinstance(index, slice):
-            start, stop, _ = index.indices(self.shape[0])
-            if self.ascending is None:
-                spans = [(a, min(a + self.block, stop)) for a in range(start, stop, self.block)]
-                return self._columns(self.rows.slice(a, b) for a, b in spans)
-            wanted = self.ascending[start:stop]
+    def generator(self) -> torch.Generator:
+        g = torch.Generator()
+        g.set_state(self.state)
+        return g
+
+    def finish(self, centroids32: torch.Tensor, labels: torch.Tensor | None) -> None:
+        """``_fit``'s epilogue before the refinement: float64 centroids, rows per centroid."""
+        if labels is None:
+            labels = _assign(self.x_fit.to(_F32), centroids32)[0]
+        self.counts = torch.bincount(labels, minlength=centroids32.shape[0])
+        self.centroids = centroids32.to(_F64)
+        self.x_fit = None  # the subsample is not needed any more
+
+    def fit_alone(self, rtol: float) -> None:
+        """The per-class path (a class the batched fit cannot take)."""
+        if not self.plain:  # fewer distinct rows than bins: each distinct row is a centroid
+            centroids = torch.unique(self.x_fit, dim=0)
+            labels, _ = _assign(self.x_fit, centroids)
+            self.counts = torch.bincount(labels, minlength=centroids.shape[0])
+            self.centroids = centroids.to(_F64)
+            self.x_fit = None
+            return
+        c, labels, _, _ = _fit_torch(
+            self.x_fit, self.n_clusters, self.generator(), _MAX_ITER, self.tol_abs, rtol
+        )
+        self.finish(c.to(_F32), labels)
+
+
+def _fit_group(fits: list[_ClassFit], rtol: float) -> None:
+    """Fit the plain classes of one seed batched by ``(rows, bins)`` (as the in-memory classwise
+    fit batches them), the others alone."""
+    shapes: dict[tuple[int, int], list[_ClassFit]] = {}
+    for f in fits:
+        if f.plain:
+            shapes.setdefault((f.x_fit.shape[0], f.n_clusters), []).append(f)
         else:
-            index = np.asarray(index)
-            wanted = index if self.positions is None else self.positions[index]
-        parts = range(0, len(wanted), self.block)
-        return self._columns(self.rows.take(wanted[a : a + self.block]) for a in parts)
+            f.fit_alone(rtol)
+    for (_, n_clusters), group in shapes.items():
+        if len(group) == 1:
+            (f,) = group
+            x32 = f.x_fit.to(_F32)
+            rows = _kmeans_plusplus(x32, n_clusters, f.generator())
+            if rows.numel() < n_clusters:  # ran out of distinct rows: the per-class path
+                f.fit_alone(rtol)
+                continue
+            c, labels, _, _ = _lloyd(x32, x32[rows].clone(), _MAX_ITER, f.tol_abs, rtol)
+            f.finish(c, labels)
+            continue
+        x32 = torch.stack([f.x_fit.to(_F32) for f in group])
+        seeds, exhausted = _seed_batch(x32, n_clusters, [f.generator() for f in group])
+        every = torch.arange(len(group))[:, None]
+        results = _lloyd_batch(
+            x32, x32[every, seeds].clone(), _MAX_ITER, [f.tol_abs for f in group], rtol
+        )
+        del x32
+        for i, f in enumerate(group):
+            if bool(exhausted[i]):
+                f.fit_alone(rtol)
+            else:
+                c, labels, _, _ = results[i]
+                f.finish(c, labels)
 
-    def _columns(self, blocks) -> torch.Tensor:
-        out = []
-        for p in blocks:
-            self.rows.release()
-            p = p if self.order is None else p[self.order]
-            out.append(p[:, :, self.k].T.contiguous())  # a copy: the block is freed now
-        return torch.cat(out) if out else torch.empty(0, self.rows.m, dtype=_F64)
+
+def _subsample_rows(n_part: int, seed: int, subsample: int) -> tuple[np.ndarray, torch.Tensor]:
+    """The sorted part rows the fit of ``seed`` draws, and its generator's state after the draw."""
+    g = torch.Generator().manual_seed(seed)
+    if n_part > subsample:
+        rows = torch.randperm(n_part, generator=g)[:subsample].sort().values.numpy()
+    else:
+        rows = np.arange(n_part)
+    return rows, g.get_state()
 
 
-def fit_centroids_chunked(
-    rows: MemberRows,
+def _gather_columns(source, rows, classes, order, block) -> list[torch.Tensor]:
+    """``[len(rows), M]`` float64 member columns of each class in ``classes`` at the source
+    rows ``rows`` (in that order), ``block`` rows per read."""
+    out: list[list[torch.Tensor]] = [[] for _ in classes]
+    index = torch.as_tensor(list(classes))
+    for start in range(0, len(rows), block):
+        p = source.take(rows[start : start + block])
+        source.release()
+        p = p if order is None else p[order]
+        cols = p[:, :, index].permute(2, 1, 0)  # [C, b, M]
+        for i in range(len(classes)):
+            out[i].append(cols[i].contiguous())
+    m = source.m
+    return [torch.cat(parts) if parts else torch.empty(0, m, dtype=_F64) for parts in out]
+
+
+def fit_classwise_centroids(
+    source: Any,
     n_bins: int,
     seeds: list[int],
     *,
@@ -162,49 +225,141 @@ def fit_centroids_chunked(
     progress: bool = False,
 ) -> list[list[torch.Tensor]]:
     """Per seed, the per-class K-means centroids exactly as the in-memory classwise EECE fits
-    them on the part ``positions`` (same seed, same subsample rows, same Lloyd stopping rule
-    ``lloyd_rtol``; refinement and assignment
-    streamed over the array, ``block`` rows per read; members in ``order``)."""
-    n_part = rows.n if positions is None else len(positions)
-    ascending = None if positions is None else np.sort(positions)  # shared by every class
-    total = rows.k * len(seeds)
-    with _progress.progress(total=total, enabled=progress, desc="EECE K-means", unit="fits") as bar:
+    them on the part ``positions`` of ``source`` (module docstring; members in ``order``).
 
-        def one(c: int) -> list[torch.Tensor]:
-            x: Any = _ClassColumns(rows, c, positions, ascending, order, block)
-            if n_part <= DEFAULT_SUBSAMPLE:
-                x = x[np.arange(n_part)]
-            out = []
-            for s in seeds:
-                fit = _fit(
-                    x,
-                    n_bins,
-                    seed=s,
-                    subsample=DEFAULT_SUBSAMPLE,
-                    refine=DEFAULT_REFINE,
-                    lloyd_rtol=DEFAULT_LLOYD_RTOL,  # the in-memory classwise default
-                )
-                out.append(fit.centroids)
+    Args:
+        source: a row source (module docstring).
+        n_bins: bins asked for per class (``"auto"`` already resolved).
+        seeds: the K-means seed of each partition.
+        positions: the part's rows in the part's order (``None``: every row, in order).
+        order: the canonical member order (:func:`canonical_order_chunked`).
+        block: rows per read.
+        progress: a tqdm bar over the fits and passes (on a terminal only).
+
+    Returns:
+        ``[seed][class]`` float64 centroids ``[M_k, M]`` (empty clusters dropped).
+    """
+    n_part = source.n if positions is None else len(positions)
+    k, m = source.k, source.m
+    draws = [_subsample_rows(n_part, s, DEFAULT_SUBSAMPLE) for s in seeds]
+    subsampled = n_part > DEFAULT_SUBSAMPLE
+    # classes per group: their subsample columns for every seed fit FIT_BUDGET
+    per_class = max(1, len(seeds) * min(n_part, DEFAULT_SUBSAMPLE) * m * 8)
+    size = max(1, min(k, FIT_BUDGET // per_class))
+    groups = [list(range(a, min(a + size, k))) for a in range(0, k, size)]
+    fits: list[list[_ClassFit | None]] = [[None] * k for _ in seeds]
+    steps = len(groups) * len(seeds) + (DEFAULT_REFINE if subsampled else 0)
+    with _progress.progress(
+        total=steps, enabled=progress, desc="EECE K-means", unit="steps", leave=False
+    ) as bar:
+        for classes in groups:
+            for i, (rows, state) in enumerate(draws):
+                part_rows = rows if positions is None else positions[rows]
+                cols = _gather_columns(source, part_rows, classes, order, block)
+                group = [_ClassFit(x, n_bins, state, subsampled) for x in cols]
+                del cols
+                _fit_group(group, DEFAULT_LLOYD_RTOL)
+                for c, f in zip(classes, group, strict=True):
+                    fits[i][c] = f
                 bar.update(1)
-            return out
+        if subsampled:
+            for _ in range(DEFAULT_REFINE):
+                _refine_pass(source, fits, positions, order, block)
+                bar.update(1)
+    return [[f.centroids[f.counts > 0] for f in per_seed] for per_seed in fits]
 
-        per_class = map_classes(one, rows.k)
-    return [[per_class[c][i] for c in range(rows.k)] for i in range(len(seeds))]
+
+def _refine_pass(source, fits, positions, order, block) -> None:
+    """One Lloyd step of every class and seed over every row of the part (one streamed pass;
+    distances in float32, per-centroid sums in float64, as ``_kmeans_assign._refine``)."""
+    sums = [[torch.zeros_like(f.centroids) for f in per_seed] for per_seed in fits]
+    counts = [[torch.zeros_like(f.counts) for f in per_seed] for per_seed in fits]
+    ascending = None if positions is None else np.sort(positions)
+    for p in _part_blocks(source, ascending, block):
+        p = p if order is None else p[order]
+        for c in range(source.k):
+            x = p[:, :, c].T.contiguous()  # [b, M] float64
+            for i, per_seed in enumerate(fits):
+                f = per_seed[c]
+                for _, xb, arg, _ in _chunks(x, f.centroids, _F32):
+                    sums[i][c].index_add_(0, arg, xb)
+                    counts[i][c] += torch.bincount(arg, minlength=f.centroids.shape[0])
+    for i, per_seed in enumerate(fits):
+        for c, f in enumerate(per_seed):
+            n_c = counts[i][c]
+            new = sums[i][c] / n_c.clamp_min(1)[:, None].to(_F64)
+            f.centroids = torch.where(n_c[:, None] > 0, new, f.centroids)
+            f.counts = n_c
 
 
-def eece_result(meters: list[EECEMeter], seeds: list[int], n_bins: int, n: int) -> dict[str, Any]:
+# ----------------------------------------------------------------------------- the sums
+class EECESums:
+    """Per-bin sums of the classwise EECE with fixed centroids (one K-means seed), chunk by chunk.
+
+    ``update(member_probs [M, b, K], labels [b])`` (members in the canonical order) assigns every
+    class's member vectors to their nearest centroid (float64) and adds the counts, outcomes,
+    member variances and member probabilities of each bin (``_eece_update``, the one-shot EECE's
+    kernel); it returns the bin ids ``[K, b]`` (for interval accumulators that keep the bins
+    fixed). ``merge`` adds another state built on the same centroids.
+    """
+
+    def __init__(self, centroids: list[torch.Tensor]) -> None:
+        self.centroids = [c.to(_F64) for c in centroids]
+        self.k = len(self.centroids)
+        self.slots = max(c.shape[0] for c in self.centroids)
+        self.m = int(self.centroids[0].shape[1])
+        size = self.k * self.slots
+        self.counts = torch.zeros(size, dtype=_F64)
+        self.sum_y = torch.zeros(size, dtype=_F64)
+        self.sum_eu = torch.zeros(size, dtype=_F64)
+        self.sum_p = torch.zeros(size, self.m, dtype=_F64)
+
+    def update(self, member_probs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        h, n, k = member_probs.shape
+        cols = member_probs.permute(0, 2, 1).reshape(h, k * n)
+        outcome = (labels[None, :] == torch.arange(k)[:, None]).reshape(-1).to(_F64)
+        ids = torch.stack(
+            [_assign(cols[:, c * n : (c + 1) * n].T, self.centroids[c])[0] for c in range(k)]
+        )
+        flat = (ids + torch.arange(k)[:, None] * self.slots).reshape(-1)
+        counts, sum_y, sum_eu, sum_p = _eece_update(
+            cols, outcome, _member_variance(cols), flat, k * self.slots
+        )
+        self.counts += counts
+        self.sum_y += sum_y
+        self.sum_eu += sum_eu
+        self.sum_p += sum_p
+        return ids
+
+    def merge(self, other: EECESums) -> EECESums:
+        if other is self or other.counts.shape != self.counts.shape:
+            raise ValueError(
+                "EECESums.merge: `other` must be another state over the same bins (got "
+                f"{'itself' if other is self else tuple(other.counts.shape)})"
+            )
+        for name in ("counts", "sum_y", "sum_eu", "sum_p"):
+            getattr(self, name).add_(getattr(other, name))
+        return self
+
+    def value(self) -> float:
+        stats = _eece_compute(self.counts, self.sum_y, self.sum_eu, self.sum_p)
+        weighted = stats["weighted"].view(self.k, self.slots).sum(dim=1)
+        return float((weighted / self.counts.view(self.k, self.slots).sum(dim=1)).mean())
+
+
+def eece_result(sums: list[EECESums], seeds: list[int], n_bins: int, n: int) -> dict[str, Any]:
     """``eece`` (mean over seeds), ``eece_sd``, ``eece_seeds``, ``eece_bins`` and
     ``eece_bins_fitted`` as the in-memory EECE details report them, with its occupancy warning,
     and under ``"details"`` the :class:`~bensemble.metrics.epistemic.EECEDetails` of the first
     seed's partition (what the epistemic reliability diagram draws)."""
-    from bensemble.metrics.epistemic import EECEDetails, _eece_compute
+    from bensemble.metrics.epistemic import EECEDetails
 
-    values = [m.compute() for m in meters]
-    state = meters[0].state
-    k = len(meters[0].centroids)
-    stats = _eece_compute(state["counts"], state["sum_y"], state["sum_eu"], state["sum_p"])
+    values = [s.value() for s in sums]
+    first = sums[0]
+    k = first.k
+    stats = _eece_compute(first.counts, first.sum_y, first.sum_eu, first.sum_p)
     weighted = stats.pop("weighted").view(k, -1)
-    fitted = int((state["counts"].view(k, -1) > 0).sum(dim=1).max())
+    fitted = int((first.counts.view(k, -1) > 0).sum(dim=1).max())
     if n / fitted < WARN_OCCUPANCY:
         warnings.warn(
             f"expected_epistemic_calibration_error: bins hold fewer than {WARN_OCCUPANCY} "
@@ -236,98 +391,3 @@ def eece_result(meters: list[EECEMeter], seeds: list[int], n_bins: int, n: int) 
         "eece_bins_fitted": fitted,
         "details": details,
     }
-
-
-def metric_meters(k: int, n_bins: int) -> dict[str, Any]:
-    """The streaming meters behind one row of ``bensemble evaluate``'s metrics table."""
-    return {
-        "accuracy": AccuracyMeter(k),
-        "nll": NLLMeter(num_classes=k),
-        "brier": BrierMeter(k),
-        "ece": CalibrationErrorMeter(n_bins, num_classes=k),
-        "classwise_ece": ClasswiseCalibrationErrorMeter(k, n_bins),
-    }
-
-
-def evaluate_chunked(
-    member_probs: Any,
-    labels: Any,
-    *,
-    n_bins: int = 15,
-    eece_bins: int | str = "auto",
-    eece_seeds: int = 1,
-    seed: int = 0,
-    chunk_size: int = 65_536,
-    from_logits: bool = False,
-    progress: bool | None = None,
-) -> dict[str, Any]:
-    """Scores of member predictions read ``chunk_size`` samples at a time.
-
-    Args:
-        member_probs: ``[M, N, K]`` (or ``[N, K]``) array - typically :func:`open_memmap` of a
-            ``.npy`` file - of probabilities, or logits with ``from_logits=True``.
-        labels: ``[N]`` integer labels (held in memory).
-        n_bins: bins of the ECE and classwise ECE.
-        eece_bins: K-means bins of the EECE (``M > 1``): ``"auto"`` (the default of
-            ``bensemble evaluate``, :func:`~bensemble.metrics.epistemic.auto_n_bins` of ``N``) or
-            an integer.
-        eece_seeds: K-means seeds ``seed, ..., seed + eece_seeds - 1`` the EECE averages.
-        seed: the EECE's K-means seed (as ``evaluate_predictions``' ``seed``).
-        chunk_size: samples per chunk.
-        from_logits: the array holds logits (softmax per chunk, in float64).
-        progress: tqdm bar (``None``: only on a terminal).
-
-    Returns:
-        ``{"n", "accuracy", "nll", "brier", "ece", "classwise_ece"}``, and for ``M > 1`` also
-        ``"mean_total"``, ``"mean_aleatoric"``, ``"mean_epistemic"``, ``"mean_member_variance"``
-        (``Var_m p_m(y = k)``, divisor ``M``, averaged over samples and classes), ``"eece"``,
-        ``"eece_sd"``, ``"eece_seeds"``, ``"eece_bins"``, ``"eece_bins_fitted"``.
-    """
-    fn = "evaluate_chunked"
-    chunk_size = check_positive_int(chunk_size, "chunk_size", fn)
-    eece_seeds = check_positive_int(eece_seeds, "eece_seeds", fn)
-    enabled = True if progress is None else check_bool(progress, "progress", fn)
-    rows = MemberRows(member_probs, from_logits=from_logits, name="member_probs", fn=fn)
-    m, n, k = rows.m, rows.n, rows.k
-    y = as_labels(labels, "labels", fn, n=n, num_classes=k)
-    meters = metric_meters(k, n_bins)
-    uncertainty, order, eece, seeds, bins = None, None, [], [], 0
-    if m > 1:
-        bins = resolve_n_bins(eece_bins, n, fn)
-        first = resolve_seed(None, seed, fn)
-        seeds = [(first + i) % 2**63 for i in range(eece_seeds)]
-        uncertainty = UncertaintyMeter()
-        order = canonical_order_chunked(rows, block=chunk_size)
-        fits = fit_centroids_chunked(
-            rows, bins, seeds, order=order, block=chunk_size, progress=enabled
-        )
-        eece = [EECEMeter(c) for c in fits]
-    variance = torch.zeros((), dtype=torch.float64)  # sum of Var_m p_m(y = k) over samples, k
-    # single-threaded kernels: a chunk is too small for intra-op threads, whose barriers stall on
-    # a busy machine (bench_streaming: 10x slower with 2 threads on a loaded 2-core machine)
-    bar = _progress.progress(total=n, enabled=enabled, desc=fn, unit="rows")
-    with single_threaded(), bar:
-        for start in range(0, n, chunk_size):
-            p = rows.slice(start, start + chunk_size)
-            yb = y[start : start + chunk_size]
-            mean = p.mean(0)
-            for meter in meters.values():
-                meter.update(mean, yb)
-            if m > 1:
-                uncertainty.update(p)
-                variance += p.var(0, unbiased=False).sum()
-                p_eece = p if order is None else p[order]
-                for meter in eece:
-                    meter.update(p_eece, yb)
-            bar.update(int(yb.shape[0]))
-            rows.release()
-    rows.release(force=True)
-    out: dict[str, Any] = {"n": n}
-    out.update({name: meter.compute() for name, meter in meters.items()})
-    if m > 1:
-        out.update({f"mean_{key}": v for key, v in uncertainty.compute().items()})
-        out["mean_member_variance"] = float(variance / (n * k))
-        result = eece_result(eece, seeds, bins, n)
-        result.pop("details")
-        out.update(result)
-    return out
