@@ -43,7 +43,7 @@ def evaluate_source(
 ) -> Evaluation:
     """Evaluate every row of ``source`` with checked ``options`` (module docstring)."""
     from bensemble.app.evaluate.compute import evaluation_of
-    from bensemble.app.evaluate.engine import prepare, ranges, warn_on_simplex
+    from bensemble.app.evaluate.engine import one_thread, prepare, ranges, warn_on_simplex
     from bensemble.app.evaluate.parallel import run_ranges
 
     timings = timings or Timings(enabled=options.progress)
@@ -63,7 +63,7 @@ def evaluate_source(
     for other in states[1:]:
         state.merge(other)
     label = "compute" if options.bootstrap == 0 else f"compute, intervals ({options.bootstrap})"
-    with timings.stage(label):
+    with timings.stage(label), one_thread():
         ev = evaluation_of(plan, state)
     ev.timings = timings.seconds
     return ev

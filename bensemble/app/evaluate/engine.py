@@ -23,7 +23,9 @@ and one boolean (one float64 for APS / RAPS) per sample. The interval accumulato
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -36,13 +38,27 @@ from bensemble.app.evaluate.plan import Plan
 from bensemble.app.evaluate.states import EvaluationState, rows_of
 from bensemble.metrics._kmeans_batched import single_threaded
 
-__all__ = ["accumulate", "prepare", "ranges", "warn_on_simplex"]
+__all__ = ["accumulate", "one_thread", "prepare", "ranges", "warn_on_simplex"]
 
 SIMPLEX_WARNING = (
     "{fn}: `{name}` rows already lie on the probability simplex (in [0, 1], summing to 1), so "
     "logits=True applies a softmax to probabilities - a second softmax that flattens them; "
     "leave logits out if these are probabilities"
 )
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """One torch intra-op thread and one BLAS thread for the block (both restored afterwards).
+
+    A chunk is too small for intra-op threads, whose barriers stall on a busy machine
+    (bench_streaming: 10x slower with 2 threads on a loaded 2-core machine), and numpy's BLAS
+    threads spin the same way in the replicate states' small products; parallel work goes to
+    worker processes instead (``--workers``)."""
+    from threadpoolctl import threadpool_limits
+
+    with single_threaded(), threadpool_limits(1, user_api="blas"):
+        yield
 
 
 def prepare(source: Any, options: EvaluateOptions, *, fn: str, stage: Any) -> Plan:
@@ -87,7 +103,7 @@ def prepare(source: Any, options: EvaluateOptions, *, fn: str, stage: Any) -> Pl
         )
         first = resolve_seed(None, o.seed, fn)
         plan.seeds = [(first + i) % 2**63 for i in range(o.eece_seeds)]
-        with stage("EECE bins (K-means)"), single_threaded():
+        with stage("EECE bins (K-means)"), one_thread():
             plan.order = canonical_order_chunked(source, positions, block=block)
             plan.centroids = fit_classwise_centroids(
                 source,
@@ -111,9 +127,7 @@ def accumulate(source: Any, plan: Plan, *, progress: bool = False) -> Evaluation
     bar = _progress.progress(
         total=source.n, enabled=progress, desc="main pass", unit="rows", leave=False
     )
-    # single-threaded kernels: a chunk is too small for intra-op threads, whose barriers stall on
-    # a busy machine (bench_streaming: 10x slower with 2 threads on a loaded 2-core machine)
-    with single_threaded(), bar:
+    with one_thread(), bar:
         for start in range(0, source.n, block):
             stop = min(start + block, source.n)
             p = source.slice(start, stop)

@@ -104,6 +104,8 @@ class Evaluation:
         curves: curve name (``"unscaled"``, ``"T = 1.234"``) -> :class:`RiskCoverage`.
         eece_details: the :class:`~bensemble.metrics.EECEDetails` of the first K-means seed's
             partition (``M > 1``), for the epistemic reliability diagram.
+        interval_notes: the intervals' methods and what each covers (the notes under their
+            table), when they differ from :data:`TABLE_NOTES`.
         timings: seconds per stage of the run that produced it (not part of the numbers).
     """
 
@@ -120,6 +122,7 @@ class Evaluation:
     reliability: dict[str, Any] = field(default_factory=dict, repr=False)
     curves: dict[str, RiskCoverage] = field(default_factory=dict, repr=False)
     eece_details: Any = field(default=None, repr=False)
+    interval_notes: list[str] = field(default_factory=list, repr=False)
     timings: dict[str, float] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -149,7 +152,8 @@ class Evaluation:
                 ("conformal", "Split conformal prediction sets (test part)", [self.conformal])
             )
         if self.intervals:
-            level = "95% percentile bootstrap"
+            poisson = "method" in self.intervals[0]
+            level = "95%, Poisson bootstrap" if poisson else "95% percentile bootstrap"
             title = f"Confidence intervals ({level}, {self.setup['bootstrap']} replicates, {part})"
             out.append(("intervals", title, self.intervals))
         if self.per_class is not None:
@@ -158,4 +162,6 @@ class Evaluation:
 
     def table_notes(self, name: str) -> list[str]:
         """Definitions and units of a table's columns (printed under it and in the HTML)."""
+        if name == "intervals" and self.interval_notes:
+            return list(self.interval_notes)
         return list(TABLE_NOTES.get(name, ()))

@@ -57,12 +57,14 @@ class ChunkValues:
 @dataclass
 class IntervalResult:
     """What the intervals add to a report: the rows ``stage, metric, value, ci_low, ci_high``,
-    the calibrated-model reference of the ECE verdict (``None`` without replicates) and the
-    statistics left without an interval (too large to resample)."""
+    the calibrated-model reference of the ECE verdict (``None`` without replicates or when the
+    intervals are valid near zero on their own), the statistics left without an interval (too
+    large to resample) and the notes under the intervals table (methods, what they cover)."""
 
     rows: list[dict[str, Any]] = field(default_factory=list)
     null_q95: float | None = None
     skipped: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 class GatheredBootstrap:

@@ -83,6 +83,7 @@ class ShardSpec:
         elif not hasattr(array, "shape") or not hasattr(array, "dtype"):
             array = np.asarray(V.to_tensor(array, self.name, self.where).numpy())
         shape = tuple(array.shape)
+        members = None
         if self.members is not None:
             members = V.check_positive_int(self.members, "members", self.where)
             if len(shape) != 2:
@@ -95,12 +96,18 @@ class ShardSpec:
                     f"{self.where}: `{self.name}` has {shape[0]} rows, which is not a multiple of "
                     f"members={members}"
                 )
-            array = array.reshape(members, shape[0] // members, shape[1])
         elif len(shape) not in (2, 3):
             raise InputError(
                 f"{self.where}: `{self.name}` must be 2-D [N, K] or 3-D [M, N, K] (got shape "
                 f"{shape})"
             )
+        if hasattr(array, "read") and hasattr(array, "take"):  # a chunk reader: read on demand
+            from bensemble.app.evaluate.npy_rows import NpyRows
+
+            view = NpyRows(array, members=members, members_axis=self.members_axis)
+            return view, bool(array.dtype == np.float16)
+        if members is not None:
+            array = array.reshape(members, shape[0] // members, shape[1])
         if array.ndim == 3 and self.members_axis == 1:
             array = array.transpose(1, 0, 2)
         return array, bool(low)
@@ -119,9 +126,22 @@ def _tensor_as_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def _open_file(path: str, name: str) -> Any:
-    """A ``.npy`` memory-mapped (header checked first); any other format loaded (its dtype)."""
+    """A ``.npy`` (or an uncompressed ``.npz`` member) read in chunks where :mod:`bensemble.io`
+    can (:mod:`~bensemble.app.evaluate.npy_rows`), else memory-mapped (header checked first); any
+    other format loaded (its stored dtype)."""
+    from bensemble.app.evaluate import npy_rows
+
     file, key = split_key(path)
-    if key is None and file.suffix.lower() == ".npy":
+    suffix = file.suffix.lower()
+    if npy_rows.available() and suffix in (".npy", ".npz"):
+        from bensemble import io
+
+        try:
+            return io.open_npy_chunks(path, name=name)
+        except InputError as exc:
+            if suffix == ".npy" or "cannot be read in chunks" not in str(exc):
+                raise
+    elif key is None and suffix == ".npy":
         return _open_npy(file, name)
     t = load_array(path, name=name)
     if t.dtype == torch.bool:

@@ -86,12 +86,7 @@ class EvaluationState:
         self.uncertainty = UncertaintyMeter() if plan.m > 1 else None
         self.variance = torch.zeros((), dtype=_F64)  # sum of Var_m p_m(y = k) over rows, k
         self.eece = [EECESums(c) for c in plan.centroids]
-        self.intervals = None
-        if plan.options.bootstrap > 0:
-            o = plan.options
-            self.intervals = GatheredBootstrap(
-                plan.n_part, plan.part_index, n_bins, o.bootstrap, o.seed
-            )
+        self.intervals = interval_accumulator(plan)
 
     def update(self, members: torch.Tensor, labels: torch.Tensor, rows: torch.Tensor) -> None:
         """Add reported rows: ``members [M, b, K]`` float64 probabilities (file's member
@@ -159,6 +154,24 @@ class EvaluationState:
         state = dict(self.__dict__)
         state["plan"] = None
         return state
+
+
+def interval_accumulator(plan: Plan) -> Any:
+    """The interval accumulator of the main pass (``None`` with ``bootstrap=0``): streaming
+    replicate states where the library has them (:mod:`bensemble.app.evaluate.intervals`), else
+    the gathered bootstrap of :mod:`bensemble.app.evaluate.replicates`."""
+    from bensemble.app.evaluate import intervals
+
+    o = plan.options
+    if o.bootstrap == 0:
+        return None
+    if intervals.available():
+        slots = max(c.shape[0] for c in plan.centroids[0]) if plan.centroids else 0
+        split = plan.split is not None
+        return intervals.StreamedIntervals(
+            plan.k, plan.m, o.n_bins, split, slots, o.bootstrap, o.seed
+        )
+    return GatheredBootstrap(plan.n_part, plan.part_index, o.n_bins, o.bootstrap, o.seed)
 
 
 def rows_of(start: int, stop: int, keep: torch.Tensor | None) -> torch.Tensor:

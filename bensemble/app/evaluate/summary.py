@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from bensemble.app.evaluate.options import SMALL_PART
 from bensemble.app.verdict import (
+    CALIBRATION_RULE_TWO_STEP,
     RULES,
     calibration_verdict,
     epistemic_verdict,
@@ -83,18 +84,17 @@ def reported_values(ev: Evaluation) -> dict[str, dict[str, Any]]:
 def summarise(ev: Evaluation, intervals: IntervalResult) -> None:
     """Fill ``ev.intervals``, ``ev.notes`` and ``ev.verdicts`` in place (and
     ``setup["ece_calibrated_q95"]``, the reference of the first verdict)."""
-    from bensemble.app.bootstrap import MAX_DESIGN_ENTRIES
-
     s = ev.setup
     ev.intervals = intervals.rows
+    ev.interval_notes = list(intervals.notes)
     null_q95 = intervals.null_q95
     s["ece_calibrated_q95"] = null_q95
     ev.notes = _notes(ev)
     if intervals.skipped:
         ev.notes.append(
-            f"No interval for {', '.join(intervals.skipped)}: its bootstrap would need more than "
-            f"{MAX_DESIGN_ENTRIES:,} sparse entries (samples x classes x members); the value is "
-            "reported without one."
+            f"No interval for {', '.join(intervals.skipped)}: its bootstrap would not fit the "
+            "memory bound (samples, classes, bins and members too many); the value is reported "
+            "without one."
         )
     first = ev.metrics[0]
     scaled = ev.temperature is not None
@@ -117,6 +117,9 @@ def summarise(ev: Evaluation, intervals: IntervalResult) -> None:
         epistemic_verdict(eece, cis[2], members=s["members"]),
     ]
     values = (first["ece"], difference, eece)
+    rules = list(RULES)
+    if intervals.notes:  # streaming replicates: the ECE's interval is valid near zero
+        rules[0] = CALIBRATION_RULE_TWO_STEP
     ev.verdicts = [
-        verdict_dict(v, rule, x, ci) for v, rule, x, ci in zip(verdicts, RULES, values, cis)
+        verdict_dict(v, rule, x, ci) for v, rule, x, ci in zip(verdicts, rules, values, cis)
     ]
