@@ -315,6 +315,8 @@ def test_reads_stay_within_a_chunk_and_nothing_is_materialised(tmp_path, monkeyp
     path = _save(tmp_path, torch.softmax(z, -1).numpy())
     full = path.stat().st_size
     spy = _Spy(open_memmap(path))
+    small = torch.softmax(z[:, :300], -1)
+    evaluate_predictions(small, y[:300], chunk_size=chunk, eece_bins=5, bootstrap=0)  # imports
     tracemalloc.start()
     try:
         ev = evaluate_predictions(spy, y, chunk_size=chunk, eece_bins=20, bootstrap=0)
@@ -324,6 +326,7 @@ def test_reads_stay_within_a_chunk_and_nothing_is_materialised(tmp_path, monkeyp
     assert ev.ensemble["eece"] > 0
     assert max(spy.reads) <= chunk
     assert sum(spy.reads) >= 3 * n  # the main pass and two refinement passes, chunk by chunk
-    # numpy-side allocations: a few chunks and O(N) scalars (the selective metrics keep one
-    # float64 per sample: 8 of the file's 96 bytes per sample), never the file
-    assert peak < full / 4, (peak, full)
+    # numpy-side allocations: a few chunks, the K-means subsample and O(N) scalars (the
+    # selective metrics keep one complex128 per sample: 16 of the file's 96 bytes per sample),
+    # never the file (which would be all of it, in float64)
+    assert peak < full / 3, (peak, full)

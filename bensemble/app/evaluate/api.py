@@ -82,7 +82,7 @@ def evaluate_predictions(
     seed: int = 0,
     bootstrap: int = DEFAULT_BOOTSTRAP,
     progress: bool = False,
-    chunk_size: int | None = None,
+    chunk_size: int | str | None = None,
     from_logits: bool = False,
 ) -> Evaluation:
     """Score member predictions (protocol and formulas: :mod:`bensemble.app.evaluate`).
@@ -103,8 +103,9 @@ def evaluate_predictions(
         bootstrap: bootstrap replicates of the 95% intervals (``0``: none; the verdicts then
             read the point estimates).
         progress: one line per stage with its time on stderr (only on a terminal).
-        chunk_size: samples per read (``None``: the whole input as one chunk); the numbers do
-            not depend on it beyond float64 summation order.
+        chunk_size: samples per read (``None``: the whole input as one chunk; ``"auto"``:
+            about 2^20 values per chunk); the numbers do not depend on it beyond float64
+            summation order.
         from_logits: ``member_probs`` holds logits (a softmax per member, in float64).
 
     Returns:

@@ -118,7 +118,8 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
         type=_positive_int_option,
         default=None,
         metavar="N",
-        help="samples per read (65536); a tuning knob: memory against passes, same numbers",
+        help="samples per read (default: about 2^20 values, M x K per sample); a tuning knob: "
+        "memory against passes, the same numbers",
     )
     p.add_argument(
         "--workers",
@@ -281,7 +282,7 @@ def _options(args: argparse.Namespace):
     from bensemble import _validation as V
     from bensemble._options import check_seed
     from bensemble.app.bootstrap import check_bootstrap
-    from bensemble.app.evaluate.options import DEFAULT_CHUNK, EvaluateOptions
+    from bensemble.app.evaluate.options import EvaluateOptions
     from bensemble.io import InputError
 
     fn = PROG
@@ -305,7 +306,7 @@ def _options(args: argparse.Namespace):
         conformal_score=args.conformal_score,
         seed=args.seed,
         bootstrap=args.bootstrap,
-        chunk_size=args.chunk_size or DEFAULT_CHUNK,
+        chunk_size=args.chunk_size or "auto",
         progress=not getattr(args, "no_progress", False),
     )
     return options.checked(fn)
@@ -335,7 +336,7 @@ def _evaluate_args(args: argparse.Namespace, out: Path | None, timings):
             for path in paths
         ]
         source = Predictions(specs, None, from_logits=args.logits)
-        block = options.block(source.n)
+        block = options.block(source.n, source.m * source.k)
         source.set_labels(read_labels(label_paths, source.sizes, source.k, block=block))
     if out is not None:
         inputs = [split_key(p)[0] for p in [*paths, *label_paths]]

@@ -9,6 +9,7 @@ the one-shot function's on the same rows up to float64 summation order.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -18,7 +19,6 @@ from bensemble.app.evaluate.options import MAX_PER_CLASS
 from bensemble.app.evaluate.plan import Plan
 from bensemble.app.evaluate.states import EvaluationState, StageState
 from bensemble.app.evaluate.summary import reported_values, summarise
-from bensemble.metrics._selective_sorted import BLOCK
 
 __all__ = ["class_rows", "evaluation_of"]
 
@@ -26,33 +26,42 @@ _F64 = torch.float64
 
 
 def _stage_rows(
-    stage: StageState, name: str, part: str, n: int, block: int
-) -> tuple[dict, dict, Any]:
-    """The stage's metrics row, selective row and risk-coverage vertices."""
+    stage: StageState, name: str, part: str, n: int, replicates: int, plan: Plan
+) -> tuple[dict, dict, RiskCoverage, tuple]:
+    """The stage's metrics row, selective row, risk-coverage vertices and the selective
+    metrics' ``replicates`` (``(auroc [R], aurc [R])``, empty for ``R = 0``)."""
     row = {"stage": name, "part": part, "n": n}
     row.update({key: meter.compute() for key, meter in stage.meters.items()})
-    scores, vertices = stage.confidences.finish(block=min(block, BLOCK))
-    stage.confidences = None  # its buffer was consumed (sorted and shifted in place)
-    return row, {"stage": name, **scores}, vertices
+    block = plan.options.block(plan.n, plan.m * plan.k)
+    auroc, aurc = stage.ranked.finish(replicates, plan.options.seed, block)
+    point = float(auroc[0])
+    sel = {"stage": name, "error_auroc": point if math.isfinite(point) else None}
+    sel["aurc"] = float(aurc[0])
+    curve = RiskCoverage(*stage.ranked.vertices(block=block), aurc=sel["aurc"])
+    stage.ranked = None  # its buffer is sorted now, and no longer needed
+    return row, sel, curve, (auroc[1:], aurc[1:])
 
 
 def evaluation_of(plan: Plan, state: EvaluationState) -> Evaluation:
     """The evaluation of the merged ``state`` of every reported row (module docstring)."""
     split, k, n = plan.split, plan.k, plan.n_part
     part = "all" if split is None else "test"
-    block = plan.options.block(plan.n)
-    row, sel, vertices = _stage_rows(state.unscaled, "unscaled", part, n, block)
+    intervals = state.intervals
+    replicates = getattr(intervals, "selective_replicates", 0)
+    row, sel, curve, ranked = _stage_rows(state.unscaled, "unscaled", part, n, replicates, plan)
     metrics, selective = [row], [sel]
-    curves = {"unscaled": RiskCoverage(*vertices, aurc=sel["aurc"])}
+    curves = {"unscaled": curve}
+    ranked_replicates = {"unscaled": ranked}
     reliability = {"reliability": state.unscaled.meters["ece"].bins}
     conformal, temperature = None, None
     if split is not None:
         temperature = split.temperature
         name = f"temperature-scaled (T={temperature:.3f})"
-        row, sel, vertices = _stage_rows(state.scaled, name, "test", n, block)
+        row, sel, curve, ranked = _stage_rows(state.scaled, name, "test", n, replicates, plan)
         metrics.append(row)
         selective.append(sel)
-        curves[f"T = {temperature:.3f}"] = RiskCoverage(*vertices, aurc=sel["aurc"])
+        curves[f"T = {temperature:.3f}"] = curve
+        ranked_replicates["temperature-scaled"] = ranked
         reliability["reliability_scaled"] = state.scaled.meters["ece"].bins
         conformal = split.conformal_row(state.covered, state.size, state.empty)
     ensemble, details = None, None
@@ -76,11 +85,12 @@ def evaluation_of(plan: Plan, state: EvaluationState) -> Evaluation:
         curves=curves,
         eece_details=details,
     )
-    intervals = state.intervals
     if intervals is None:
         from bensemble.app.evaluate.replicates import IntervalResult
 
         result = IntervalResult()
+    elif replicates:
+        result = intervals.compute(reported_values(ev), ranked_replicates)
     else:
         result = intervals.compute(reported_values(ev))
     summarise(ev, result)

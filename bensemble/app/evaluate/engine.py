@@ -69,7 +69,7 @@ def prepare(source: Any, options: EvaluateOptions, *, fn: str, stage: Any) -> Pl
 
     o = options
     m, n, k = source.m, source.n, source.k
-    block = o.block(n)
+    block = o.block(n, m * k)
     setup: dict[str, Any] = {
         "members": m,
         "samples": n,
@@ -123,7 +123,7 @@ def accumulate(source: Any, plan: Plan, *, progress: bool = False) -> Evaluation
     lo = source.start
     n_part = source.n if split is None else int(split.is_test[lo : lo + source.n].sum())
     state = EvaluationState(plan, n_part)
-    block = plan.options.block(plan.n)
+    block = plan.options.block(plan.n, plan.m * plan.k)
     bar = _progress.progress(
         total=source.n, enabled=progress, desc="main pass", unit="rows", leave=False
     )

@@ -7,9 +7,9 @@ other state.
 under their global row numbers. A replicate's weight is a function of (seed, global row,
 replicate), so the intervals do not depend on the chunk size, the shards or the workers: merged
 states equal one pass. The memory is ``O(replicates x bins)`` per statistic, whatever ``N``;
-only the misclassification AUROC and AURC keep the reported samples' confidences, correctness
-and row numbers (ranking statistics; their point values need the confidences anyway) and get
-their exact replicates at the end (:func:`~bensemble.metrics.intervals.selective_intervals`).
+the misclassification AUROC and AURC, ranking statistics, get their exact replicates from the
+confidences and row numbers the stages keep for their point values anyway
+(:class:`~bensemble.app.evaluate.ranked.Ranked`, one bounded-memory sweep, the same weights).
 
 What each interval covers (the report's notes say it too):
 
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
 from bensemble.app.bootstrap_stats import per_sample_nll
@@ -39,6 +38,7 @@ __all__ = ["INTERVAL_NOTES", "StreamedIntervals", "available"]
 
 _F64 = torch.float64
 _STAGE_MEANS = ("accuracy", "nll", "brier")
+_COVERS = "the population value of the fixed model's ranking (sampling variability of the points)"
 
 #: The intervals table's notes: the method behind each interval and what it covers.
 INTERVAL_NOTES = (
@@ -99,9 +99,9 @@ class StreamedIntervals:
             self._add(
                 "ensemble:eece", "add_eece", n_members=members, n_slots=eece_slots, n_groups=k
             )
-        self.gathered: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {
-            stage: [] for stage in self.stages
-        }
+        #: the selective metrics' replicates come from the stages' ranked samples
+        #: (:class:`~bensemble.app.evaluate.ranked.Ranked`, same weights): ``R`` of them
+        self.selective_replicates = bootstrap
 
     def _add(self, name: str, how: str, *args: Any, **kwargs: Any) -> None:
         """Register a statistic, or skip it (with a note) when its state would not fit."""
@@ -125,8 +125,6 @@ class StreamedIntervals:
             inputs[f"{stage}:brier"] = (((p64 - onehot) ** 2).sum(1),)
             inputs[f"{stage}:ece"] = (probs, y)
             inputs[f"{stage}:classwise_ece"] = (probs, y)
-            conf = probs.gather(1, pred[:, None]).squeeze(1).to(_F64)
-            self.gathered[stage].append((conf.numpy(), correct.numpy(), v.rows.numpy()))
         if "temperature-scaled" in v.stages:
             unscaled, scaled = v.stages["unscaled"], v.stages["temperature-scaled"]
             difference = per_sample_nll(scaled, y) - per_sample_nll(unscaled, y)
@@ -151,23 +149,26 @@ class StreamedIntervals:
 
     def merge(self, other: StreamedIntervals) -> StreamedIntervals:
         self.state.merge(other.state)
-        for stage in self.stages:
-            self.gathered[stage] += other.gathered[stage]
         return self
 
-    def compute(self, reported: dict[str, dict[str, Any]]) -> IntervalResult:
-        """The interval rows around the ``reported`` values (stage -> metric -> value)."""
-        from bensemble.metrics.intervals import selective_intervals
+    def compute(
+        self, reported: dict[str, dict[str, Any]], selective: dict[str, tuple] | None = None
+    ) -> IntervalResult:
+        """The interval rows around the ``reported`` values (stage -> metric -> value);
+        ``selective`` maps a stage to its ``(auroc, aurc)`` replicates ``[R]`` each."""
+        from bensemble.metrics.intervals import Interval, percentile_interval
 
-        intervals = self.state.compute()
-        for stage in self.stages:
-            parts = self.gathered.pop(stage)
-            conf, correct, rows = (np.concatenate(p) for p in zip(*parts, strict=True))
-            selective = selective_intervals(
-                conf, correct, rows, self.state.n_replicates, seed=self.state.seed
-            )
-            for name, interval in selective.items():
-                intervals[f"{stage}:{name}"] = interval
+        intervals: dict[str, Any] = self.state.compute()
+        level = self.state.level
+        for stage, pair in (selective or {}).items():
+            for name, values in zip(("error_auroc", "aurc"), pair, strict=True):
+                point = reported.get(stage, {}).get(name)
+                ci = percentile_interval(torch.from_numpy(values), level)
+                if point is None or ci is None:
+                    continue
+                intervals[f"{stage}:{name}"] = Interval(
+                    point, ci[0], ci[1], level, "percentile", _COVERS, point, len(values)
+                )
         out = []
         for key in _order(self.state.names, self.stages):
             stage, metric = key.split(":", 1)

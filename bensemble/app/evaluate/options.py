@@ -15,7 +15,7 @@ from bensemble.app.bootstrap import DEFAULT_BOOTSTRAP, check_bootstrap
 
 __all__ = [
     "CONFORMAL_SCORES",
-    "DEFAULT_CHUNK",
+    "AUTO_CHUNK_VALUES",
     "MAX_PER_CLASS",
     "SMALL_PART",
     "EvaluateOptions",
@@ -27,8 +27,9 @@ CONFORMAL_SCORES = ("lac", "aps", "raps")
 SMALL_PART = 200
 #: Most classes for which the report has a per-class table.
 MAX_PER_CLASS = 20
-#: Samples per read of a file (the ``--chunk-size`` default).
-DEFAULT_CHUNK = 65_536
+#: Values (``M x K`` per sample) per read with ``chunk_size="auto"`` (the command line's
+#: default): a float64 chunk of 8 MiB, and each of its temporaries the same, whatever ``M``, ``K``.
+AUTO_CHUNK_VALUES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,9 @@ class EvaluateOptions:
         conformal_score: one of :data:`CONFORMAL_SCORES`.
         seed: seeds the split, the EECE, randomised conformal scores and the bootstrap.
         bootstrap: bootstrap replicates of the intervals (0: none).
-        chunk_size: samples per read (``None``: the whole input in one chunk); a tuning knob only,
-            the numbers do not depend on it beyond float64 summation order.
+        chunk_size: samples per read: an integer, ``"auto"`` (about :data:`AUTO_CHUNK_VALUES`
+            values, ``M x K`` per sample) or ``None`` (the whole input in one chunk); a tuning
+            knob only, the numbers do not depend on it beyond float64 summation order.
         progress: stage lines and bars on a terminal's stderr.
     """
 
@@ -58,7 +60,7 @@ class EvaluateOptions:
     conformal_score: str = "lac"
     seed: int = 0
     bootstrap: int = DEFAULT_BOOTSTRAP
-    chunk_size: int | None = None
+    chunk_size: int | str | None = None
     progress: bool = False
 
     def checked(self, fn: str = "evaluate_predictions") -> EvaluateOptions:
@@ -70,7 +72,7 @@ class EvaluateOptions:
         if eece_bins != "auto":
             eece_bins = V.check_n_bins(eece_bins, fn, name="eece_bins")
         chunk = self.chunk_size
-        if chunk is not None:
+        if chunk is not None and chunk != "auto":
             chunk = V.check_positive_int(chunk, "chunk_size", fn)
         return replace(
             self,
@@ -88,6 +90,10 @@ class EvaluateOptions:
             progress=V.check_bool(self.progress, "progress", fn),
         )
 
-    def block(self, n: int) -> int:
-        """Rows per read of an ``n``-row input."""
-        return max(1, n if self.chunk_size is None else self.chunk_size)
+    def block(self, n: int, width: int) -> int:
+        """Rows per read of an ``n``-row input of ``width = M x K`` values per row."""
+        if self.chunk_size is None:
+            return max(1, n)
+        if self.chunk_size == "auto":
+            return max(256, AUTO_CHUNK_VALUES // max(width, 1))
+        return self.chunk_size

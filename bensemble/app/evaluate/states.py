@@ -4,8 +4,8 @@
 passes before the main one fixed: the split, the temperature and conformal threshold, the member
 order, the EECE's centroids) and fed chunks of reported rows. Everything in it is additive or
 concatenates: the metric meters of each stage (float64 per-bin sums,
-:mod:`bensemble.metrics.streaming`), the gathered confidences of the selective metrics
-(:mod:`bensemble.app.evaluate.selective`), per-class counts, conformal counts, the uncertainty
+:mod:`bensemble.metrics.streaming`), the confidences and row numbers behind the selective
+metrics (:mod:`bensemble.app.evaluate.ranked`), per-class counts, conformal counts, the uncertainty
 decomposition's sums, the EECE's per-bin sums per K-means seed and the interval accumulator
 (:mod:`bensemble.app.evaluate.replicates`). :meth:`EvaluationState.merge` adds a state of other
 rows (another chunk range, shard, process or Ray task): merged states give the numbers of one
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from bensemble.app.evaluate.ranked import Ranked
 from bensemble.app.evaluate.replicates import ChunkValues, GatheredBootstrap
-from bensemble.app.evaluate.selective import GatheredConfidences
 from bensemble.metrics.streaming import (
     AccuracyMeter,
     BrierMeter,
@@ -50,18 +50,23 @@ class StageState:
             "ece": CalibrationErrorMeter(n_bins, num_classes=k),
             "classwise_ece": ClasswiseCalibrationErrorMeter(k, n_bins),
         }
-        self.confidences = GatheredConfidences(n_part)
+        self.ranked = Ranked(n_part)
 
-    def update(self, probs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Add ``probs [b, K]`` and ``labels [b]``; returns whether each argmax is right."""
+    def update(self, probs: torch.Tensor, labels: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """Add ``probs [b, K]`` and ``labels [b]`` of the global ``rows``; returns whether each
+        argmax (first index on ties) is right."""
         for meter in self.meters.values():
             meter.update(probs, labels)
-        return self.confidences.add(probs, labels)
+        pred = probs.argmax(1)
+        correct = pred == labels
+        conf = probs.gather(1, pred[:, None]).squeeze(1).to(_F64)
+        self.ranked.add(conf.numpy(), correct.numpy(), rows.numpy())
+        return correct
 
     def merge(self, other: StageState) -> StageState:
         for name, meter in self.meters.items():
             meter.merge(other.meters[name])
-        self.confidences = self.confidences.merge(other.confidences)
+        self.ranked = self.ranked.merge(other.ranked)
         return self
 
 
@@ -94,7 +99,7 @@ class EvaluationState:
         plan = self.plan
         self.n += int(labels.shape[0])
         mean = members.mean(0)
-        correct = self.unscaled.update(mean, labels)
+        correct = self.unscaled.update(mean, labels, rows)
         k = plan.k
         self.support += torch.bincount(labels, minlength=k)
         self.hits += torch.bincount(labels, weights=correct.to(_F64), minlength=k)
@@ -102,7 +107,7 @@ class EvaluationState:
         sets = None
         if plan.split is not None:
             scaled = plan.split.scale(mean)
-            self.scaled.update(scaled, labels)
+            self.scaled.update(scaled, labels, rows)
             stages["temperature-scaled"] = scaled
             sets = plan.split.sets(scaled, rows)
             covered = sets.gather(1, labels[:, None]).squeeze(1)
