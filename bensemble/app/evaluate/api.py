@@ -104,7 +104,7 @@ def evaluate_predictions(
             read the point estimates).
         progress: one line per stage with its time on stderr (only on a terminal).
         chunk_size: samples per read (``None``: the whole input as one chunk; ``"auto"``:
-            about 2^19 values per chunk); the numbers do not depend on it beyond float64
+            about 2^18 values per chunk); the numbers do not depend on it beyond float64
             summation order.
         from_logits: ``member_probs`` holds logits (a softmax per member, in float64).
 

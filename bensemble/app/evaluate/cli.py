@@ -118,7 +118,7 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
         type=_positive_int_option,
         default=None,
         metavar="N",
-        help="samples per read (default: about 2^19 values, M x K per sample); a tuning knob: "
+        help="samples per read (default: about 2^18 values, M x K per sample); a tuning knob: "
         "memory against passes, the same numbers",
     )
     p.add_argument(

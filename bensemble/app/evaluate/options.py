@@ -28,8 +28,8 @@ SMALL_PART = 200
 #: Most classes for which the report has a per-class table.
 MAX_PER_CLASS = 20
 #: Values (``M x K`` per sample) per read with ``chunk_size="auto"`` (the command line's
-#: default): a float64 chunk of 4 MiB, and each of its temporaries the same, whatever ``M``, ``K``.
-AUTO_CHUNK_VALUES = 1 << 19
+#: default): a float64 chunk of 2 MiB, and each of its temporaries the same, whatever ``M``, ``K``.
+AUTO_CHUNK_VALUES = 1 << 18
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ import torch
 
 __all__ = ["Ranked"]
 
-_BLOCK_VALUES = 1 << 20  # weights of one block of samples: [rows, R + 1] float64, 8 MiB
+_BLOCK_VALUES = 1 << 18  # weights of one block of samples: [rows, R + 1] float64, 2 MiB
 _EULER = 0.5772156649015329
 
 
@@ -69,7 +69,7 @@ class Ranked:
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(auroc, aurc)``, each ``[R + 1]``: column 0 the reported values, then the ``R``
         replicates (AUROC NaN without an error or without a right prediction). Sorts the
-        buffer in place; temporaries hold at most ``block`` samples (and about 2^20 weights)."""
+        buffer in place; temporaries hold at most ``block`` samples (and about 2^18 weights)."""
         data = self.buffer[: self.filled]
         data.sort()  # by confidence, then row: descending is read from the end
         self.sorted = True
