@@ -50,6 +50,7 @@ from bensemble.metrics._kmeans_core import _fit_torch, _kmeans_plusplus, _lloyd
 
 __all__ = [
     "EECESums",
+    "eece_columns",
     "FIT_BUDGET",
     "MemberRows",
     "canonical_order_chunked",
@@ -293,6 +294,15 @@ def _refine_pass(source, fits, positions, order, block) -> None:
 
 
 # ----------------------------------------------------------------------------- the sums
+def eece_columns(member_probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The classwise EECE's member columns ``[M, K * b]`` (class-major) of ``member_probs
+    [M, b, K]`` and their member variance ``[K * b]`` (the reported EU; its sum over a chunk is
+    the chunk's sum of ``Var_m p_m(y = k)``)."""
+    h, n, k = member_probs.shape
+    cols = member_probs.permute(0, 2, 1).reshape(h, k * n)
+    return cols, _member_variance(cols)
+
+
 class EECESums:
     """Per-bin sums of the classwise EECE with fixed centroids (one K-means seed), chunk by chunk.
 
@@ -314,17 +324,18 @@ class EECESums:
         self.sum_eu = torch.zeros(size, dtype=_F64)
         self.sum_p = torch.zeros(size, self.m, dtype=_F64)
 
-    def update(self, member_probs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def update(
+        self, member_probs: torch.Tensor, labels: torch.Tensor, columns: Any = None
+    ) -> torch.Tensor:
+        """Add a chunk; ``columns`` is :func:`eece_columns` of it when the caller has it."""
         h, n, k = member_probs.shape
-        cols = member_probs.permute(0, 2, 1).reshape(h, k * n)
+        cols, eu = eece_columns(member_probs) if columns is None else columns
         outcome = (labels[None, :] == torch.arange(k)[:, None]).reshape(-1).to(_F64)
         ids = torch.stack(
             [_assign(cols[:, c * n : (c + 1) * n].T, self.centroids[c])[0] for c in range(k)]
         )
         flat = (ids + torch.arange(k)[:, None] * self.slots).reshape(-1)
-        counts, sum_y, sum_eu, sum_p = _eece_update(
-            cols, outcome, _member_variance(cols), flat, k * self.slots
-        )
+        counts, sum_y, sum_eu, sum_p = _eece_update(cols, outcome, eu, flat, k * self.slots)
         self.counts += counts
         self.sum_y += sum_y
         self.sum_eu += sum_eu

@@ -28,7 +28,7 @@ from bensemble.metrics.streaming import (
     NLLMeter,
 )
 from bensemble.metrics.streaming_epistemic import UncertaintyMeter
-from bensemble.metrics.streaming_eval import EECESums
+from bensemble.metrics.streaming_eval import EECESums, eece_columns
 
 if TYPE_CHECKING:
     from bensemble.app.evaluate.plan import Plan
@@ -118,9 +118,10 @@ class EvaluationState:
         ordered, ids = None, None
         if plan.m > 1:
             self.uncertainty.update(members)
-            self.variance += members.var(0, unbiased=False).sum()
             ordered = members if plan.order is None else members[plan.order]
-            ids = [sums.update(ordered, labels) for sums in self.eece][0]
+            columns = eece_columns(ordered)
+            self.variance += columns[1].sum()  # Var_m p_m(y = k) summed over rows and classes
+            ids = [sums.update(ordered, labels, columns) for sums in self.eece][0]
         if self.intervals is not None:
             self.intervals.update(
                 ChunkValues(
