@@ -50,7 +50,7 @@ def evaluate_source(
     plan = prepare(source, options, fn=fn, stage=timings.stage)
     tasks = ranges(source.n, source.sizes, max(1, workers)) if workers > 1 else [(0, source.n)]
     with timings.stage("metrics, uncertainty, EECE sums (main pass)"):
-        if len(tasks) == 1 and backend == "serial":
+        if len(tasks) == 1 and backend != "ray":  # one range: this process, this source
             from bensemble.app.evaluate.engine import accumulate
 
             states = [accumulate(source, plan, progress=options.progress)]

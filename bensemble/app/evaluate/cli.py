@@ -212,9 +212,12 @@ def run_evaluate(args: argparse.Namespace) -> int:
             print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
             return 2
     _print_warnings(caught)
+    def named(paths: list) -> str | list[str]:  # one file as a string, shards as a list
+        return str(paths[0]) if len(paths) == 1 else [str(p) for p in paths]
+
     inputs = {
-        "predictions": " ".join(str(p) for p in args.predictions),
-        "labels": " ".join(str(p) for p in args.labels),
+        "predictions": named(args.predictions),
+        "labels": named(args.labels),
         "logits": bool(args.logits),
     }
     if args.chunk_size is not None:

@@ -45,8 +45,10 @@ class NpyRows:
         self.dtype = chunks.dtype
         shape = tuple(chunks.shape)
         self.stacked = members
+        self.stacked_n = 0
         if members is not None:
             self.shape = (members, shape[0] // members, shape[1])
+            self.stacked_n = shape[0] // members  # rows per member in the file
             self.layout = "stacked"
         elif len(shape) == 2:
             self.shape = (1, *shape)
@@ -58,6 +60,16 @@ class NpyRows:
             self.shape = shape
             self.layout = "members-first"
         self.ndim = 3
+        self.offset = 0  # the first sample of this view (window)
+
+    def window(self, start: int, stop: int) -> NpyRows:
+        """The samples ``start:stop`` as an ``[M, stop - start, K]`` view (nothing read)."""
+        import copy
+
+        view = copy.copy(self)
+        view.offset = self.offset + start
+        view.shape = (self.shape[0], stop - start, self.shape[2])
+        return view
 
     def __getitem__(self, index: Any) -> np.ndarray:
         if not (isinstance(index, tuple) and len(index) == 2 and index[0] == slice(None)):
@@ -65,8 +77,8 @@ class NpyRows:
         rows = index[1]
         if isinstance(rows, slice):
             start, stop, _ = rows.indices(self.shape[1])
-            return self._read(start, stop)
-        return self._take(np.asarray(rows, dtype=np.int64))
+            return self._read(self.offset + start, self.offset + stop)
+        return self._take(np.asarray(rows, dtype=np.int64) + self.offset)
 
     def _read(self, start: int, stop: int) -> np.ndarray:
         c = self.chunks
@@ -76,7 +88,7 @@ class NpyRows:
             return np.moveaxis(c.read(start, stop, axis=0), 1, 0)
         if self.layout == "single":
             return c.read(start, stop, axis=0)[None]
-        n = self.shape[1]
+        n = self.stacked_n
         return np.stack([c.read(m * n + start, m * n + stop, axis=0) for m in range(self.shape[0])])
 
     def _take(self, rows: np.ndarray) -> np.ndarray:
@@ -87,5 +99,5 @@ class NpyRows:
             return np.moveaxis(c.take(rows, axis=0), 1, 0)
         if self.layout == "single":
             return c.take(rows, axis=0)[None]
-        n = self.shape[1]
+        n = self.stacked_n
         return np.stack([c.take(rows + m * n, axis=0) for m in range(self.shape[0])])

@@ -28,7 +28,10 @@ def verdicts_of(rows: list[dict[str, str]]) -> list[Verdict]:
 
 def _protocol(ev: Evaluation, extra: dict[str, Any]) -> list[str]:
     s = ev.setup
-    inputs = extra.get("inputs", {})
+    inputs = {
+        key: ", ".join(value) if isinstance(value, list) else value
+        for key, value in extra.get("inputs", {}).items()
+    }
     lines = [
         f"{s['members']} member(s), {s['samples']} samples, {s['classes']} classes"
         + (f"; predictions {inputs['predictions']}" if inputs.get("predictions") else "")

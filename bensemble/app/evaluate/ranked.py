@@ -19,7 +19,8 @@ run of groups holding only errors (over a run the terms telescope). Per unit ``u
   :func:`~bensemble.metrics.auroc`): ``sum_u e_u (a_u - E_u + (s_u - e_u) / 2) / (E (W - E))``;
 * AURC (:func:`~bensemble.metrics.aurc`, errors of a tie group spread evenly over its
   positions): ``W AURC = E H[W] - sum_u [e_u (H[a_u + s_u] - 1) + (e_u / s_u) a_u (H[a_u + s_u]
-  - H[a_u])]``, ``H`` the harmonic numbers (from the digamma function: no table of ``N``).
+  - H[a_u])]``, ``H`` the harmonic numbers (a table below 128, their asymptotic series above: no
+  table of ``N`` entries).
 
 Integer weights are resample counts, so replicate ``r`` is the statistic of the data repeated
 ``w[:, r]`` times, and the sums of one group may span any number of blocks.
@@ -28,17 +29,42 @@ Integer weights are resample counts, so replicate ``r`` is the statistic of the 
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 __all__ = ["Ranked"]
 
 _BLOCK_VALUES = 1 << 18  # weights of one block of samples: [rows, R + 1] float64, 2 MiB
 _EULER = 0.5772156649015329
+_SMALL = 128  # below: the harmonic numbers from a table; above: their asymptotic series
+_TABLE = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, _SMALL + 1))])
 
 
 def _harmonic(x: np.ndarray) -> np.ndarray:
-    """``H[x] = sum_{t <= x} 1 / t`` for integer-valued ``x >= 0`` (float64)."""
-    return torch.special.digamma(torch.from_numpy(x + 1.0)).numpy() + _EULER
+    """``H[x] = sum_{t <= x} 1 / t`` for integer-valued ``x >= 0`` (float64): a table below
+    128, else ``ln x + gamma + 1/(2x) - 1/(12x^2) + 1/(120x^4) - 1/(252x^6)`` (the next term,
+    ``1/(240x^8)``, is below ``1e-19`` there)."""
+    out = np.empty_like(x)
+    small = x < _SMALL
+    out[small] = _TABLE[x[small].astype(np.int64)]
+    big = x[~small]
+    inv2 = 1.0 / (big * big)
+    series = 1.0 / (2.0 * big) - inv2 * (1.0 / 12.0 - inv2 * (1.0 / 120.0 - inv2 / 252.0))
+    out[~small] = np.log(big) + _EULER + series
+    return out
+
+
+def _harmonic_gap(a: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """``H[a + s] - H[a]`` without the cancellation of two values near ``ln a``: for ``a >=
+    128``, ``log1p(s / a)`` plus the differences of the series' terms in closed form."""
+    out = np.empty_like(a)
+    small = a < _SMALL
+    out[small] = _harmonic(a[small] + s[small]) - _TABLE[a[small].astype(np.int64)]
+    x, d = a[~small], s[~small]
+    y = x + d
+    first = -d / (2.0 * x * y)  # 1/(2y) - 1/(2x)
+    second = d * (x + y) / (12.0 * (x * y) ** 2)  # -(1/(12y^2) - 1/(12x^2))
+    third = 1.0 / (120.0 * y**4) - 1.0 / (120.0 * x**4)
+    out[~small] = np.log1p(d / x) + first + second + third
+    return out
 
 
 class Ranked:
@@ -149,6 +175,15 @@ def _wrong_counts_from(signed: np.ndarray, positions: np.ndarray, step: int) -> 
     return out
 
 
+def _segment_sums(x: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Sums of the rows ``starts[i]..ends[i]`` of ``x`` (integer-valued float64: a running
+    sum's differences are exact), one cumulative sum instead of a reduction per segment."""
+    running = np.cumsum(x, axis=0)
+    out = running[ends]
+    out[1:] -= running[starts[1:] - 1]
+    return out
+
+
 class _Sweep:
     """The running sums of the sweep; ``add`` takes the next block in decreasing confidence."""
 
@@ -161,10 +196,15 @@ class _Sweep:
 
     def add(self, conf: np.ndarray, err: np.ndarray, w: np.ndarray) -> None:
         starts = np.flatnonzero(np.r_[True, conf[1:] != conf[:-1]])
-        s = np.add.reduceat(w, starts, axis=0)
-        e = np.add.reduceat(w * err[:, None], starts, axis=0)
+        e = w * err[:, None]
+        count_err = err.astype(np.int64)
+        if starts.shape[0] < conf.shape[0]:  # ties: sums per group, exact (integer weights)
+            ends = np.r_[starts[1:], conf.shape[0]] - 1
+            s, e = _segment_sums(w, starts, ends), _segment_sums(e, starts, ends)
+            count_err = np.add.reduceat(count_err, starts)
+        else:
+            s = w
         count = np.diff(np.r_[starts, conf.shape[0]])
-        count_err = np.add.reduceat(err.astype(np.int64), starts)
         if self.group is not None:
             _, gs, ge, gn, gerr = self.group
             if conf[0] == self.group[0]:  # the open group goes on in this block
@@ -222,10 +262,9 @@ class _Sweep:
         """Add the terms of units with weight ``a`` and error weight ``big_e`` before them,
         weight ``s`` and error weight ``e`` in them (``[units, C]`` each)."""
         self.auroc += np.einsum("ij,ij->j", e, a - big_e + 0.5 * (s - e))
-        high = _harmonic(a + s)
         share = np.divide(e, s, out=np.zeros_like(e), where=s > 0)
-        self.spread += np.einsum("ij,ij->j", e, high - 1.0)
-        self.spread += np.einsum("ij,ij->j", share * a, high - _harmonic(a))
+        self.spread += np.einsum("ij,ij->j", e, _harmonic(a + s) - 1.0)
+        self.spread += np.einsum("ij,ij->j", share * a, _harmonic_gap(a, s))
 
     def result(self) -> tuple[np.ndarray, np.ndarray]:
         if self.group is not None:

@@ -201,7 +201,10 @@ class Predictions:
             array, low = spec.open()
             if ranges is not None:
                 a, b = ranges[i]
-                array = array[a:b] if array.ndim == 2 else array[:, a:b]
+                if hasattr(array, "window"):  # a chunk reader: still nothing read
+                    array = array.window(a, b)
+                else:  # a view of an array or a memory map
+                    array = array[a:b] if array.ndim == 2 else array[:, a:b]
             self.low_precision |= low
             rows = MemberRows(array, from_logits=from_logits, name=spec.name, fn=spec.where)
             rows.half = rows.half or low
