@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-import bensemble.metrics.streaming_eval as se
+import bensemble.metrics._streaming_kmeans as sk
 from bensemble.app.evaluate import evaluate_predictions, evaluate_shards
 from bensemble.app.evaluate.intervals import available
 from bensemble.metrics.streaming_eval import open_memmap
@@ -152,7 +152,7 @@ def test_streamed_kmeans_refinement_with_a_split(tmp_path, monkeypatch):
     its refinement passes stream over the file (with a split: in file order, not test order)."""
     import bensemble.metrics._kmeans as km
 
-    monkeypatch.setattr(se, "DEFAULT_SUBSAMPLE", 120)
+    monkeypatch.setattr(sk, "DEFAULT_SUBSAMPLE", 120)
     monkeypatch.setattr(km, "DEFAULT_SUBSAMPLE", 120)
     z, y = _data(4, n=600, k=3, seed=5)
     probs = torch.softmax(z, -1)
@@ -308,7 +308,7 @@ class _Spy:
 def test_reads_stay_within_a_chunk_and_nothing_is_materialised(tmp_path, monkeypatch):
     import bensemble.metrics._kmeans as km
 
-    monkeypatch.setattr(se, "DEFAULT_SUBSAMPLE", 400)
+    monkeypatch.setattr(sk, "DEFAULT_SUBSAMPLE", 400)
     monkeypatch.setattr(km, "DEFAULT_SUBSAMPLE", 400)
     n, chunk = 20_000, 256
     z, y = _data(3, n=n, k=4)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import bensemble.metrics._kmeans as km
-import bensemble.metrics.streaming_eval as se
+import bensemble.metrics._streaming_kmeans as sk
 from bensemble.metrics import expected_epistemic_calibration_error
 from bensemble.metrics._epistemic_checks import canonical_member_order
 from bensemble.metrics._kmeans import DEFAULT_LLOYD_RTOL, _fit
@@ -93,7 +93,7 @@ def test_centroids_are_bit_identical_for_any_member_order(perm):
 def test_subsampled_fit_refines_over_every_row(monkeypatch, tmp_path):
     """A part larger than the subsample: the subsample rows are gathered once, then the refine
     steps stream over the file (file order), one pass per step for every class at once."""
-    monkeypatch.setattr(se, "DEFAULT_SUBSAMPLE", 120)
+    monkeypatch.setattr(sk, "DEFAULT_SUBSAMPLE", 120)
     probs, y = _members(3, n=900)
     path = tmp_path / "p.npy"
     np.save(path, probs.numpy())
@@ -129,7 +129,7 @@ def test_classes_fitted_a_group_at_a_time_give_the_same_centroids(monkeypatch):
     probs, _ = _members(3, n=300, k=5)
     rows = _rows(probs)
     (whole,) = fit_classwise_centroids(rows, 7, [4], block=50)
-    monkeypatch.setattr(se, "FIT_BUDGET", 1)  # one class per group
+    monkeypatch.setattr(sk, "FIT_BUDGET", 1)  # one class per group
     (grouped,) = fit_classwise_centroids(rows, 7, [4], block=50)
     for a, b in zip(whole, grouped, strict=True):
         assert torch.equal(a, b)

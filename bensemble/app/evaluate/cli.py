@@ -212,6 +212,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
             return 2
     _print_warnings(caught)
+
     def named(paths: list) -> str | list[str]:  # one file as a string, shards as a list
         return str(paths[0]) if len(paths) == 1 else [str(p) for p in paths]
 

@@ -103,6 +103,7 @@ def prepare(source: Any, options: EvaluateOptions, *, fn: str, stage: Any) -> Pl
         )
         first = resolve_seed(None, o.seed, fn)
         plan.seeds = [(first + i) % 2**63 for i in range(o.eece_seeds)]
+        workers = torch.get_num_threads()  # the classes' fits run on that many workers
         with stage("EECE bins (K-means)"), one_thread():
             plan.order = canonical_order_chunked(source, positions, block=block)
             plan.centroids = fit_classwise_centroids(
@@ -113,6 +114,7 @@ def prepare(source: Any, options: EvaluateOptions, *, fn: str, stage: Any) -> Pl
                 order=plan.order,
                 block=block,
                 progress=o.progress,
+                workers=workers,
             )
     return plan
 
