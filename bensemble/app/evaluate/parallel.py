@@ -21,6 +21,7 @@ Backends (:data:`BACKENDS`):
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import Any
 
@@ -92,7 +93,10 @@ def _run_ray(tasks, plan, workers, temp_dir) -> list[EvaluationState]:
     try:
         remote = ray.remote(num_cpus=1)(_task)
         plan_ref = ray.put(plan)
-        return ray.get([remote.remote(t, plan_ref) for t in tasks])
+        states = ray.get([remote.remote(t, plan_ref) for t in tasks])
+        # Ray hands numpy arrays back read-only (zero-copy from its object store); the states
+        # merge and sort in place, so they get their own memory
+        return [copy.deepcopy(state) for state in states]
     finally:
         if started:
             ray.shutdown()
