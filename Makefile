@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup browser test test-fast demo data lint format bench clean docs screenshots
+.PHONY: setup browser docs-assets test test-fast demo data lint format bench clean docs screenshots
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,10 @@ $(STAMP): $(PY) pyproject.toml
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet torch==2.13.0
 	$(PIP) install --quiet -e '.[dev]'
+	# laplace-torch for the Laplace cross-checks, without its torchvision requirement (PyPI's
+	# torchvision does not import beside this torch, and its presence breaks torchmetrics' import)
+	$(PIP) install --quiet --no-deps laplace-torch==0.3 asdfghjkl==0.1a4 backpack-for-pytorch==1.7.1 \
+		curvlinops-for-pytorch==3.0.1 einops unfoldNd einconv linear_operator opt-einsum
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -31,7 +35,7 @@ browser:
 		|| echo "make: could not install chromium; the browser test will be skipped"; \
 	fi
 
-test: $(STAMP) browser
+test: $(STAMP) browser docs-assets
 	BENSEMBLE_HYPOTHESIS_PROFILE=$${BENSEMBLE_HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest -q -n 2 --dist loadfile
 
 test-fast: $(STAMP) browser
@@ -52,8 +56,12 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-# The documentation site (mkdocs-material + mkdocstrings), built offline into site/.
-docs: $(STAMP)
+# The documentation site (mkdocs-material + mkdocstrings), built offline into site/: open
+# site/index.html from disk; docs-assets fetches the search shim (npm registry, pinned).
+docs-assets:
+	@bash scripts/docs_assets.sh
+
+docs: $(STAMP) docs-assets
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 # docs/figures/report_1280.png and report_390.png: the HTML report of `bensemble evaluate`.

@@ -10,7 +10,8 @@ calibration and conformal prediction consume them. Sub-packages:
 * :mod:`bensemble.metrics` - scoring rules, calibration errors, EECE, selective, OOD
 * :mod:`bensemble.calibration` - post-hoc scalers
 * :mod:`bensemble.uncertainty` - entropy / variance decompositions
-* :mod:`bensemble.conformal` - prediction sets with coverage guarantees
+* :mod:`bensemble.conformal` - prediction sets (and regression intervals) with coverage guarantees
+* :mod:`bensemble.regression` - second-order regression: metrics, regression EECE, recalibration
 * :mod:`bensemble.plots` - matplotlib figures (imported lazily)
 * :mod:`bensemble.datasets` - generated or bundled data
 """
@@ -71,6 +72,7 @@ _SUBMODULES = (
     "methods",
     "metrics",
     "plots",
+    "regression",
     "search",
     "uncertainty",
     "utils",

@@ -13,19 +13,32 @@ import math
 import os
 import re
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 import numpy as np
 import torch
 
-__all__ = ["InputError", "read_csv", "read_npy", "read_npz", "read_pt", "to_native_tensor"]
-
-_INT_LITERAL = re.compile(r"[+-]?\d+")
-# Python's float() also takes "1_000" and " 0x1p3"-like forms; a table cell may not.
-_FLOAT_LITERAL = re.compile(
-    r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf|infinity|nan)", re.IGNORECASE
+from bensemble._io_files import (
+    InputError,
+    brief,
+    check_fits_memory,
+    describe,
+    open_checked,
 )
+from bensemble._terminal import printable_name
+
+__all__ = [
+    "InputError",
+    "NpyHeader",
+    "parse_npy_header",
+    "read_npy",
+    "read_npz",
+    "read_pt",
+    "to_native_tensor",
+]
+
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 #: torch dtypes a file may hold (bool is refused later, where it is not a number).
 _REAL_DTYPES = {
@@ -42,62 +55,84 @@ _REAL_DTYPES = {
 }
 
 
-class InputError(ValueError):
-    """Bad input file or content; ``str(error)`` is a single line fit for a command-line error."""
+@dataclass(frozen=True)
+class NpyHeader:
+    """What a ``.npy`` header says: ``shape``, ``fortran_order``, ``dtype`` and where the data
+    starts (``data_offset`` bytes from the start of the ``.npy`` content)."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(" ".join(str(message).split()))
+    shape: tuple[int, ...]
+    fortran_order: bool
+    dtype: np.dtype
+    data_offset: int
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of data the header claims."""
+        return math.prod(self.shape) * self.dtype.itemsize
 
 
-def _memory_bytes() -> int:
-    """Physical memory of this machine (a generous 1 TiB when the OS does not say)."""
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, OSError, ValueError):  # pragma: no cover - non-POSIX
-        return 2**40
+def parse_npy_header(stream: IO[bytes], size: int, where: str) -> NpyHeader:
+    """Parse a ``.npy`` header from ``stream`` and refuse data the header does not describe.
 
-
-def _check_npy_header(stream: IO[bytes], size: int, where: str) -> None:
-    """Parse a ``.npy`` header from ``stream`` and refuse sizes the data cannot back.
+    The bytes after the header must be exactly those of the array it describes: fewer is a
+    truncated file, more is a file whose header was changed or whose tail belongs to something
+    else (numpy itself would read the first part and ignore the rest). Object arrays (pickles)
+    are refused. Nothing is allocated.
 
     Args:
         stream: Positioned at the start of the ``.npy`` content.
         size: Bytes of the whole ``.npy`` content (file size, or the archive member's size).
         where: ``"`predictions` file p.npy"``-like prefix for messages.
     """
+    start = stream.tell()
     try:
         version = np.lib.format.read_magic(stream)
         if version == (1, 0):
-            shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
         else:
-            shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
-        header_end = stream.tell()
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
+        header_end = stream.tell() - start
     except Exception as exc:  # noqa: BLE001 - numpy raises ValueError/EOFError/SyntaxError/...
-        raise InputError(f"{where} has no valid .npy header ({exc})") from None
+        raise InputError(f"{where} has no valid .npy header ({brief(exc)})") from None
+    shape = tuple(int(d) for d in shape)
+    if any(d < 0 for d in shape):
+        raise InputError(f"{where} has no valid .npy header (negative shape {shape})")
     if dtype.hasobject:
         raise InputError(
             f"{where} holds a pickled object array, which is not trusted (save a numeric array)"
         )
-    count = math.prod(int(d) for d in shape)
-    claimed = count * dtype.itemsize
-    present = size - header_end
+    header = NpyHeader(shape, bool(fortran), dtype, header_end)
+    claimed, present = header.nbytes, size - header_end
     if claimed > present:
         raise InputError(
-            f"{where} is truncated or corrupt: its header claims shape {tuple(shape)} "
-            f"({count} values, {claimed} bytes) but only {max(present, 0)} bytes follow it"
+            f"{where} is truncated or corrupt: its header claims shape {shape} "
+            f"({math.prod(shape)} values, {claimed} bytes) but only {max(present, 0)} bytes "
+            "follow it"
         )
-    memory = _memory_bytes()
-    if claimed > memory:
+    if claimed < present:
         raise InputError(
-            f"{where} is too large to load: its header claims shape {tuple(shape)} "
-            f"({claimed} bytes) and this machine has {memory} bytes of memory"
+            f"{where} is corrupt: its header claims shape {shape} ({claimed} bytes) but "
+            f"{present} bytes follow it; {present - claimed} bytes are not described by the "
+            "header (save the array again with numpy.save)"
         )
+    return header
+
+
+def _check_npy_header(stream: IO[bytes], size: int, where: str) -> NpyHeader:
+    """:func:`parse_npy_header`, then the claimed size against the machine's memory."""
+    header = parse_npy_header(stream, size, where)
+    check_fits_memory(header.nbytes, where, f"its header claims shape {header.shape}")
+    return header
 
 
 def read_npy(path: Path, name: str) -> np.ndarray:
-    """One array from a ``.npy`` file (header checked first, ``allow_pickle=False``)."""
-    where = f"`{name}` file {path}"
-    with open(path, "rb") as handle:
+    """One array from a ``.npy`` file (header checked first, ``allow_pickle=False``).
+
+    The array is read from the handle whose header was checked, so a file swapped for another
+    in between cannot slip past the checks.
+    """
+    where = describe(f"`{name}` file", path)
+    with open_checked(path, where) as handle:
         magic = handle.read(6)
         if magic[:2] == b"PK":  # an .npz archive saved under a .npy name
             raise InputError(f"{where} is an .npz archive; rename it to .npz")
@@ -107,35 +142,40 @@ def read_npy(path: Path, name: str) -> np.ndarray:
             )
         handle.seek(0)
         _check_npy_header(handle, os.fstat(handle.fileno()).st_size, where)
-    try:
-        return np.load(path, allow_pickle=False)
-    except Exception as exc:  # noqa: BLE001 - corrupt content: many numpy exception types
-        raise InputError(f"{where} is not a valid .npy file ({_brief(exc)})") from None
+        handle.seek(0)
+        try:
+            return np.lib.format.read_array(handle, allow_pickle=False)
+        except Exception as exc:  # noqa: BLE001 - corrupt content: many numpy exception types
+            raise InputError(f"{where} is not a valid .npy file ({brief(exc)})") from None
 
 
 def read_npz(path: Path, key: str | None, name: str) -> np.ndarray:
     """One array from an ``.npz`` archive (``key`` picks it; header checked first)."""
-    where = f"`{name}` file {path}"
+    where = describe(f"`{name}` file", path)
+    handle = open_checked(path, where)
     try:
-        archive = zipfile.ZipFile(path)
+        archive = zipfile.ZipFile(handle)
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-        with open(path, "rb") as handle:
-            magic = handle.read(6)
+        handle.seek(0)
+        magic = handle.read(6)
+        handle.close()
         if magic == b"\x93NUMPY":
             raise InputError(f"{where} is a plain .npy array; rename it to .npy") from None
-        raise InputError(f"{where} is not a valid .npz archive ({_brief(exc)})") from None
-    with archive:
+        raise InputError(f"{where} is not a valid .npz archive ({brief(exc)})") from None
+    with handle, archive:
         members = {n[:-4]: n for n in archive.namelist() if n.endswith(".npy")}
         if key is None:
             if len(members) != 1:
-                listed = ", ".join(members) if members else "none"
+                listed = printable_name(", ".join(members)) if members else "none"
                 raise InputError(
-                    f"{where} holds {len(members)} arrays ({listed}); choose one with {path}:KEY"
+                    f"{where} holds {len(members)} arrays ({listed}); choose one with "
+                    f"{printable_name(path)}:KEY"
                 )
             key = next(iter(members))
         elif key not in members:
-            raise InputError(f"{where} has no array {key!r} (it holds: {', '.join(members)})")
-        where = f"`{name}` array {key!r} in {path}"
+            listed, shown = printable_name(", ".join(members)), printable_name(repr(key))
+            raise InputError(f"{where} has no array {shown} (it holds: {listed})")
+        where = f"`{name}` array {printable_name(repr(key))} in {printable_name(path)}"
         try:
             info = archive.getinfo(members[key])
             with archive.open(info) as stream:
@@ -145,12 +185,7 @@ def read_npz(path: Path, key: str | None, name: str) -> np.ndarray:
         except InputError:
             raise
         except Exception as exc:  # noqa: BLE001 - zlib.error, BadZipFile, EOFError, ValueError...
-            raise InputError(f"{where} is unreadable ({_brief(exc)})") from None
-
-
-def _brief(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
+            raise InputError(f"{where} is unreadable ({brief(exc)})") from None
 
 
 def _check_dense(t: torch.Tensor, where: str) -> torch.Tensor:
@@ -179,13 +214,11 @@ def _check_memory(t: torch.Tensor, where: str) -> None:
     A saved tensor can be a broadcast view: ``torch.zeros(1).expand(10**6, 10**5, 2)`` is stored
     in a few hundred bytes but claims 2e11 values, which any later copy would try to allocate.
     """
-    needed = t.numel() * max(t.element_size(), 8)
-    memory = _memory_bytes()
-    if needed > memory:
-        raise InputError(
-            f"{where} holds a tensor of shape {tuple(t.shape)} ({t.numel()} values), which needs "
-            f"{needed} bytes in float64 and this machine has {memory} bytes of memory"
-        )
+    check_fits_memory(
+        t.numel() * max(t.element_size(), 8),
+        where,
+        f"it holds a tensor of shape {tuple(t.shape)} ({t.numel()} values, in float64)",
+    )
 
 
 def _is_unsigned(dtype: torch.dtype) -> bool:
@@ -194,9 +227,18 @@ def _is_unsigned(dtype: torch.dtype) -> bool:
 
 def read_pt(path: Path, key: str | None, name: str) -> torch.Tensor:
     """One tensor from a ``.pt``/``.pth`` file (``torch.load(weights_only=True)``)."""
-    where = f"`{name}` file {path}"
+    where = describe(f"`{name}` file", path)
+    with open_checked(path, where) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        check_fits_memory(size, where, f"it is loaded whole and holds {size} bytes")
+        obj = _torch_load(handle, where)
+    return _one_tensor(obj, key, where, path)
+
+
+def _torch_load(handle: IO[bytes], where: str) -> object:
+    """``torch.load(weights_only=True)`` of an open file, its failures as one-line errors."""
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(handle, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises UnpicklingError/RuntimeError/...
         match = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
         if match:
@@ -208,21 +250,27 @@ def read_pt(path: Path, key: str | None, name: str) -> torch.Tensor:
         raise InputError(
             f"{where} is not a valid .pt file (torch.load(weights_only=True) could not read it)"
         ) from None
+
+
+def _one_tensor(obj: object, key: str | None, where: str, path: Path) -> torch.Tensor:
+    """The tensor ``key`` picks from what a ``.pt`` file held (or its only one)."""
     if isinstance(obj, torch.Tensor):
         if key is not None:
-            raise InputError(f"{where} holds a single tensor, not a dict with {key!r}")
+            shown = printable_name(repr(key))
+            raise InputError(f"{where} holds a single tensor, not a dict with {shown}")
         return _check_dense(obj, where)
     if isinstance(obj, dict):
         tensors = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}
-        listed = ", ".join(map(str, tensors)) or "none"
+        listed = printable_name(", ".join(map(str, tensors))) or "none"
         if key is not None:
             if key not in tensors:
-                raise InputError(f"{where} has no tensor {key!r} (its tensors: {listed})")
+                shown = printable_name(repr(key))
+                raise InputError(f"{where} has no tensor {shown} (its tensors: {listed})")
             return _check_dense(tensors[key], where)
         if len(tensors) != 1:
             raise InputError(
                 f"{where} holds a dict with {len(tensors)} tensors ({listed}); "
-                f"choose one with {path}:KEY"
+                f"choose one with {printable_name(path)}:KEY"
             )
         return _check_dense(next(iter(tensors.values())), where)
     if isinstance(obj, (list, tuple)) and obj and all(isinstance(t, torch.Tensor) for t in obj):
@@ -241,42 +289,6 @@ def read_pt(path: Path, key: str | None, name: str) -> torch.Tensor:
         f"{where} must hold a tensor, a dict of tensors or a list of tensors "
         f"(got {type(obj).__name__})"
     )
-
-
-def read_csv(path: Path, name: str) -> np.ndarray:
-    """A header-less comma-separated table: int64 if every cell is an integer, else float64."""
-    where = f"`{name}` file {path}"
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{where} could not be read as text ({_brief(exc)})") from None
-    rows: list[list[str]] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        cells = [c.strip() for c in line.split(",")]
-        if rows and len(cells) != len(rows[0]):
-            raise InputError(
-                f"{where} line {lineno} has {len(cells)} columns, expected {len(rows[0])} "
-                "like the first line"
-            )
-        rows.append(cells)
-    if not rows:
-        raise InputError(f"{where} is empty")
-    flat = [c for row in rows for c in row]
-    if all(_INT_LITERAL.fullmatch(c) for c in flat):
-        values = [int(c) for c in flat]
-        bad = next((c for c, v in zip(flat, values) if not _INT64_MIN <= v <= _INT64_MAX), None)
-        if bad is not None:
-            raise InputError(f"{where} holds the integer {bad}, which does not fit in 64 bits")
-        return np.array(values, dtype=np.int64).reshape(len(rows), -1)
-    bad = next((c for c in flat if not _FLOAT_LITERAL.fullmatch(c)), None)
-    if bad is not None:
-        raise InputError(
-            f"{where} must be a header-less table of numbers separated by commas "
-            f"(found {bad[:30]!r})"
-        )
-    return np.array([float(c) for c in flat], dtype=np.float64).reshape(len(rows), -1)
 
 
 def to_native_tensor(data: np.ndarray | torch.Tensor, where: str) -> torch.Tensor:

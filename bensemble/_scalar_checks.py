@@ -7,6 +7,7 @@ live in :mod:`bensemble._validation`, which re-exports everything here.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import warnings
@@ -19,13 +20,17 @@ import torch
 __all__ = [
     "MAX_BIN_SLOTS",
     "MAX_N_BINS",
+    "MIN_MEMBER_BYTES",
+    "check_allocation",
     "check_bool",
+    "check_count",
     "check_generator",
     "check_n_bins",
     "check_option",
     "check_positive",
     "check_positive_int",
     "check_probability",
+    "machine_memory_bytes",
     "warn_user",
 ]
 
@@ -65,6 +70,137 @@ def check_positive_int(value: Any, name: str, fn: str, *, minimum: int = 1) -> i
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{fn}: `{name}` must be an integer >= {minimum} (got {value!r})")
     return int(value)
+
+
+#: A lower bound of the memory one network, tree or other fitted member holds (an
+#: ``nn.Linear(1, 1)`` takes ~2.4 KiB of Python objects and tensors, a depth-1 scikit-learn tree
+#: ~0.8 KiB): counts of members (``n_members``, ``pool_size``, ``n_estimators``) are checked with
+#: it before any is built.
+MIN_MEMBER_BYTES = 512
+
+#: Tests set this (``monkeypatch.setattr(bensemble._scalar_checks, "MEMORY_OVERRIDE", n)``) to
+#: make :func:`machine_memory_bytes` report ``n`` bytes; ``None`` reads the machine.
+MEMORY_OVERRIDE: int | None = None
+# cgroup (container) memory limits, v2 then v1; "max" or a huge number means none.
+_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
+@functools.cache
+def _physical_memory() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, OSError, ValueError):  # pragma: no cover - non-POSIX
+        pass
+    try:  # pragma: no cover - systems without SC_PHYS_PAGES
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):  # pragma: no cover
+        pass
+    return 2**40  # pragma: no cover
+
+
+@functools.cache
+def _cgroup_limit() -> int | None:
+    for path in _CGROUP_LIMITS:
+        try:
+            with open(path, encoding="ascii") as handle:
+                return int(handle.read().strip())
+        except (OSError, ValueError):  # absent, or "max"
+            continue
+    return None
+
+
+def machine_memory_bytes() -> int:
+    """Memory this process can ever hold, in bytes: the most any single allocation can get.
+
+    Physical memory (``os.sysconf``, else ``MemTotal`` in ``/proc/meminfo``, else a generous
+    1 TiB), lowered to the container's cgroup memory limit when one is set. Total rather than
+    currently *available* memory, so that a check gives the same answer on a busy and on a quiet
+    machine: a request refused here could never succeed (one accepted may still fail if other
+    processes hold the memory). Read once per process (checks sit in hot loops).
+    """
+    if MEMORY_OVERRIDE is not None:
+        return int(MEMORY_OVERRIDE)
+    memory = _physical_memory()
+    limit = _cgroup_limit()
+    return min(memory, limit) if limit is not None and limit > 0 else memory
+
+
+def check_allocation(
+    fn: str, name: str, count: int, *, per_count: int = 1, itemsize: int = 8, others: str = ""
+) -> int:
+    """Refuse a count whose allocation could not fit in this machine's memory.
+
+    The allocation is ``count * per_count`` items of ``itemsize`` bytes each (``per_count`` is
+    the product of the other sizes of the array, e.g. ``N * K`` for ``num_samples`` members of
+    ``[N, K]`` predictions). It is compared with :func:`machine_memory_bytes` *before* anything
+    is allocated.
+
+    Args:
+        fn: Public function (or ``Class.method``) named in the message.
+        name: Argument whose value is ``count``.
+        count: Non-negative integer the caller has already validated.
+        per_count: Items allocated per unit of ``count`` (``>= 0``).
+        itemsize: Bytes per item (8 for float64/int64, 4 for float32, ...).
+        others: The arguments behind ``per_count``, comma-separated (``"in_features"``), named
+            when even one unit of ``count`` cannot fit.
+
+    Returns:
+        ``count`` as an ``int``.
+
+    Raises:
+        ValueError: "``fn``: ``name`` must be <= L ... (got count)", where ``L`` is the largest
+            count that fits (``memory // (per_count * itemsize)``); when even one unit does not
+            fit, the message says that the other sizes are too large instead of "<= 0".
+
+    Example:
+        >>> check_allocation("f", "num_samples", 10, per_count=100, itemsize=4)
+        10
+    """
+    count = int(count)
+    unit = max(int(per_count), 0) * max(int(itemsize), 1)
+    if count <= 0 or unit == 0:
+        return count
+    memory = machine_memory_bytes()
+    needed = count * unit
+    if needed <= memory:
+        return count
+    limit = memory // unit
+    if limit < 1:
+        blame = ", ".join(f"`{o.strip()}`" for o in others.split(",")) or "the other sizes"
+        raise ValueError(
+            f"{fn}: {blame} must be smaller: one unit of `{name}` already needs {unit} bytes "
+            f"({per_count} items of {itemsize} bytes) and this machine has {memory} bytes of "
+            f"memory (got {name}={count})"
+        )
+    raise ValueError(
+        f"{fn}: `{name}` must be <= {limit} to fit in this machine's memory ({memory} bytes; "
+        f"{count} x {per_count} items of {itemsize} bytes need {needed}) (got {count})"
+    )
+
+
+def check_count(
+    value: Any,
+    name: str,
+    fn: str,
+    *,
+    minimum: int = 1,
+    per_count: int = 1,
+    itemsize: int = 8,
+) -> int:
+    """An ``int >= minimum`` whose allocation (see :func:`check_allocation`) fits in memory.
+
+    For the counts a user passes that size an array: ``num_samples``, ``n_members``,
+    ``num_classes``, pool sizes, sample counts.
+
+    Example:
+        >>> check_count(5, "n_members", "f", per_count=1000)
+        5
+    """
+    n = check_positive_int(value, name, fn, minimum=minimum)
+    return check_allocation(fn, name, n, per_count=per_count, itemsize=itemsize)
 
 
 def check_n_bins(n_bins: Any, fn: str, name: str = "n_bins", *, maximum: int = MAX_N_BINS) -> int:

@@ -12,19 +12,37 @@ Sub-commands::
     bensemble reproduce {mnist,cifar10} --data-dir DIR [--quick] ...
 
 Exit status: 0 on success; 2 for every usage error (a bad option, a bad input file, a report
-folder that may not be written, a --data-dir without the data), reported as one line
-``bensemble COMMAND: error: ...`` on stderr; 1 when the report cannot be written or data is
-missing; 130 when interrupted. ``--help`` and ``--version`` exit 0. Warnings are one line
-each, ``bensemble COMMAND: warning: ...``.
+folder that may not be written, a --data-dir without the data, an argument that is not valid
+UTF-8), reported as one line ``bensemble COMMAND: error: ...`` on stderr; 1 when the report
+cannot be written, data is missing or the system refuses a file operation (one line too); 130
+when interrupted; 141 (as for a program stopped by SIGPIPE) when the reader of the output went
+away (``bensemble evaluate ... | head -1``): the command stops quietly, with nothing on stderr.
+``--help`` and ``--version`` exit 0. Warnings are one line each, ``bensemble COMMAND: warning:
+...``. Every name shown has its control and bidirectional characters escaped
+(:func:`bensemble._terminal.printable_name`).
+
+A closed output pipe: Python ignores SIGPIPE (so a write to a closed pipe raises
+:class:`BrokenPipeError` rather than killing the process - restoring the default action would
+also kill it on any closed socket, such as a Ray worker's), and :func:`main` catches the error
+wherever it is raised, points the standard streams at ``os.devnull`` so that the interpreter's
+final flush cannot raise it again (as Python's documentation of SIGPIPE recommends), and returns
+141.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from collections.abc import Sequence
 
 import bensemble
+from bensemble._terminal import is_valid_utf8, printable_name, printable_text
+
+#: Exit status when the reader of stdout closed it: 128 + SIGPIPE, as a shell reports a program
+#: that SIGPIPE stopped.
+EXIT_BROKEN_PIPE = 128 + getattr(signal, "SIGPIPE", 13)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,7 +53,7 @@ class _Parser(argparse.ArgumentParser):
     """
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {' '.join(str(message).split())}\n")
+        self.exit(2, f"{printable_text(self.prog)}: error: {printable_text(message)}\n")
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -63,7 +81,19 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit status (never raises
-    :class:`SystemExit`: usage errors return 2, ``--help`` and ``--version`` return 0)."""
+    :class:`SystemExit`: usage errors return 2, ``--help`` and ``--version`` return 0; a closed
+    stdout returns :data:`EXIT_BROKEN_PIPE` quietly)."""
+    try:
+        status = _main(argv)
+        if sys.stdout is not None:  # None when started with fd 1 closed (`>&-`)
+            sys.stdout.flush()  # inside the try: a closed pipe surfaces here, not at exit
+        return status
+    except BrokenPipeError:
+        _silence_closed_streams()
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _build_parser()
     try:
         args = parser.parse_args(argv)
@@ -73,15 +103,57 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     prog = f"bensemble {args.command}"
+    bad = next((a for a in (sys.argv[1:] if argv is None else argv) if not _utf8(a)), None)
+    if bad is not None:
+        _error(
+            prog,
+            f"argument {printable_name(bad)} is not valid UTF-8 (the bytes shown as \\xNN); "
+            "rename the file or folder - names are shown and recorded as UTF-8",
+        )
+        return 2
     try:
         return _dispatch(args)
     except ValueError as exc:  # bad input found late: still one line, still status 2
-        text = " ".join(str(exc).split()).removeprefix(f"{prog}: ")
-        print(f"{prog}: error: {text}", file=sys.stderr)
+        _error(prog, str(exc))
         return 2
+    except BrokenPipeError:
+        raise
+    except OSError as exc:  # the system refused a file operation: one line, status 1
+        detail = str(exc)
+        if exc.strerror and exc.filename is not None:
+            detail = f"{exc.strerror}: {printable_name(exc.filename)}"
+        _error(prog, detail)
+        return 1
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+
+
+def _utf8(arg: object) -> bool:
+    return not isinstance(arg, (str, os.PathLike)) or is_valid_utf8(arg)
+
+
+def _error(prog: str, message: str) -> None:
+    """One line ``PROG: error: MESSAGE`` on stderr, control characters escaped."""
+    text = printable_text(message).removeprefix(f"{prog}: ")
+    print(f"{prog}: error: {text}", file=sys.stderr)
+
+
+def _silence_closed_streams() -> None:
+    """Point stdout and stderr at ``os.devnull``: the reader is gone, and the interpreter's final
+    flush of what is still buffered must not raise :class:`BrokenPipeError` again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:  # pragma: no cover - no /dev/null
+        return
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                os.dup2(devnull, stream.fileno())
+            except (AttributeError, OSError, ValueError):  # replaced streams (tests)
+                continue
+    finally:
+        os.close(devnull)
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -17,11 +17,16 @@ Supported formats (chosen by the file extension):
 
 Nothing here ever unpickles: an object array, or a ``.pt`` file that would need pickle to load,
 is refused with :class:`InputError`. Every failure -- a missing file, an unknown extension, a
-corrupt or truncated file, a header claiming more data than the file holds (checked before
-anything is allocated), a sparse / meta / quantized tensor, a wrong shape, NaN/inf, labels out of
-range -- raises :class:`InputError`, a :class:`ValueError` whose message is one line naming the
-file and the problem. Valid non-native numpy data is converted: big-endian arrays to native byte
-order, ``longdouble`` to float64, wide unsigned integers to int64 (when every value fits).
+corrupt or truncated file, a ``.npy`` header claiming more or less data than the file holds
+(checked before anything is allocated), a size beyond the machine's memory, a sparse file (holes
+that would read as zeros), a sparse / meta / quantized tensor, a wrong shape, NaN/inf, float or
+out-of-range labels -- raises :class:`InputError`, a :class:`ValueError` whose message is one
+line naming the file (control and bidirectional characters shown escaped) and the problem.
+Memory is bounded: a ``.csv`` is parsed a block at a time into numbers, and
+:func:`open_npy_chunks` reads a ``.npy`` a block at a time with positioned reads (a file
+truncated underneath gives an :class:`InputError`, never a SIGBUS). Valid non-native numpy data
+is converted: big-endian arrays to native byte order, ``longdouble`` to float64, wide unsigned
+integers to int64 (when every value fits).
 
 Probabilities keep the tolerance of the dtype they were saved in: float16 / bfloat16 rows are
 checked against the half-precision tolerance, then renormalised in float64, so every later check
@@ -31,24 +36,24 @@ checked against the half-precision tolerance, then renormalised in float64, so e
 from __future__ import annotations
 
 import os
+import stat
 import warnings
 from pathlib import Path
 
 import torch
 
 from bensemble import _validation as V
-from bensemble._io_formats import (
-    InputError,
-    read_csv,
-    read_npy,
-    read_npz,
-    read_pt,
-    to_native_tensor,
-)
+from bensemble._io_chunks import NpyChunks, open_chunks
+from bensemble._io_csv import read_csv
+from bensemble._io_files import InputError, describe
+from bensemble._io_formats import read_npy, read_npz, read_pt, to_native_tensor
+from bensemble._terminal import printable_name
 
 __all__ = [
     "SUPPORTED_EXTENSIONS",
     "InputError",
+    "NpyChunks",
+    "open_npy_chunks",
     "load_array",
     "load_predictions",
     "load_labels",
@@ -69,11 +74,41 @@ def split_key(path: str | os.PathLike) -> tuple[Path, str | None]:
     Only a suffix after ``.npz``/``.pt``/``.pth`` counts as a key, so ``C:\\data\\p.npy`` and
     other paths containing a colon are left alone.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(
+            f"split_key: `path` must be a str or os.PathLike (got {type(path).__name__})"
+        )
     text = os.fspath(path)
+    if not isinstance(text, str):
+        raise ValueError(f"split_key: `path` must name a file as text (got {type(text).__name__})")
     head, sep, key = text.rpartition(":")
-    if sep and key and head.lower().endswith(_KEYED) and not Path(text).exists():
+    if sep and key and head.lower().endswith(_KEYED) and not os.path.exists(text):
         return Path(head), key
     return Path(text), None
+
+
+def _check_name(name: object, fn: str) -> str:
+    """``name``: what the array is, as a non-empty str (it starts every message)."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(
+            f"{fn}: `name` must be a non-empty str saying what the array is, such as "
+            f"'predictions' (got {name!r})"
+        )
+    return name
+
+
+def _check_file(file: Path, name: str) -> None:
+    """Refuse a path that is missing, not a regular file, or cannot be looked at."""
+    try:
+        info = os.stat(file)
+    except FileNotFoundError:
+        raise InputError(f"{describe(f'`{name}` file', file)} does not exist") from None
+    except OSError as exc:  # too long a name, a link loop, no permission, ...
+        raise InputError(
+            f"{describe(f'`{name}` file', file)} cannot be accessed ({exc.strerror})"
+        ) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"{describe(f'`{name}` path', file)} is not a file")
 
 
 def load_array(path: str | os.PathLike, *, name: str) -> torch.Tensor:
@@ -91,15 +126,14 @@ def load_array(path: str | os.PathLike, *, name: str) -> torch.Tensor:
         InputError: The file is missing, has an unsupported extension, cannot be parsed,
             needs unpickling, or holds a non-numeric array.
     """
+    _check_name(name, "load_array")
     file, key = split_key(path)
-    if not file.exists():
-        raise InputError(f"`{name}` file {file} does not exist")
-    if not file.is_file():
-        raise InputError(f"`{name}` path {file} is not a file")
+    where = describe(f"`{name}` file", file)
+    _check_file(file, name)
     ext = file.suffix.lower()
     if ext not in SUPPORTED_EXTENSIONS:
         raise InputError(
-            f"`{name}` file {file} has an unsupported extension {ext or '(none)'!r} "
+            f"{where} has an unsupported extension {printable_name(repr(ext or '(none)'))} "
             f"(use one of {', '.join(SUPPORTED_EXTENSIONS)})"
         )
     if key is not None and ext not in _KEYED:
@@ -112,7 +146,49 @@ def load_array(path: str | os.PathLike, *, name: str) -> torch.Tensor:
         data = read_csv(file, name)
     else:
         data = read_pt(file, key, name)
-    return to_native_tensor(data, f"`{name}` file {file}")
+    return to_native_tensor(data, where)
+
+
+def open_npy_chunks(path: str | os.PathLike, *, name: str = "predictions") -> NpyChunks:
+    """Open a ``.npy`` file (or an uncompressed ``.npz`` member) for reading a block at a time.
+
+    Only the header is read now; :meth:`NpyChunks.read` and :meth:`NpyChunks.take` read rows
+    with positioned reads (``os.preadv``), never a memory map, so a file truncated while it is
+    read ends in an :class:`InputError` naming it instead of a SIGBUS that kills the process.
+
+    Args:
+        path: A ``.npy`` file, or ``file.npz`` / ``file.npz:key`` for an archive member saved
+            uncompressed (``numpy.savez``; a ``numpy.savez_compressed`` member is refused).
+        name: What the array is, used in error messages (``"`predictions` file p.npy ..."``).
+
+    Returns:
+        An :class:`NpyChunks` with ``shape``, ``dtype`` (native byte order), ``read(start,
+        stop, axis=0)`` and ``take(indices, axis=0)``; a context manager (``close()``), safe to
+        share between threads and forked processes, and picklable (it reopens the file by name
+        and checks it is the same file).
+
+    Raises:
+        InputError: A missing or unreadable file, a sparse file, no valid ``.npy`` header, data
+            shorter or longer than the header claims, a pickled object or non-numeric dtype.
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     np.save(tmp + "/p.npy", np.arange(12.0).reshape(2, 3, 2))
+        ...     with open_npy_chunks(tmp + "/p.npy") as chunks:
+        ...         print(chunks.shape, chunks.read(1, 3, axis=1)[0].tolist())
+        (2, 3, 2) [[2.0, 3.0], [4.0, 5.0]]
+    """
+    _check_name(name, "open_npy_chunks")
+    file, key = split_key(path)
+    ext = file.suffix.lower()
+    if ext not in (".npy", ".npz") or (key is not None and ext != ".npz"):
+        raise InputError(
+            f"{describe(f'`{name}` file', os.fspath(path))} cannot be read in chunks: only .npy "
+            "files and uncompressed .npz members can (save the array with numpy.save)"
+        )
+    _check_file(file, name)
+    return open_chunks(file, key, name)
 
 
 def _check(fn, *args, **kwargs):

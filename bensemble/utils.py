@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from bensemble._validation import (
+    check_allocation,
     check_generator,
     check_positive,
     check_positive_int,
@@ -155,7 +156,13 @@ def predict_with_uncertainty(
             if generator is not None:
                 layer.sample_generator = generator
         with torch.no_grad():
-            preds = torch.stack([model(x) for _ in range(num_samples)])
+            first = model(x)
+            if isinstance(first, torch.Tensor):  # the [S, N, *] stack must fit in memory
+                check_allocation(
+                    fn, "num_samples", num_samples, per_count=2 * first.numel(),
+                    itemsize=first.element_size(),
+                )  # fmt: skip
+            preds = torch.stack([first, *(model(x) for _ in range(num_samples - 1))])
     finally:
         for m, flag in flags:
             m.training = flag

@@ -8,7 +8,9 @@
   its EU map beside its members' squared error ``E_h[(eta - h)^2]``, one colour scale per pair.
   For the illustrative methods (Centroids, Likelihood, EK-NN) the EU map is the one they
   report, and the members are drawn from it (``phi ~ N(h, sqrt(EU))``, the default convention
-  of ``reproduce toy``): fig. 2(a).
+  of ``reproduce toy``): fig. 2(a). Every method is scored by
+  :func:`bensemble.experiments._scores.score_method`, as in ``reproduce toy``; colour bars
+  start at 0.
 * ``digits_reliability.png``, ``digits_epistemic_reliability.png``,
   ``digits_risk_coverage.png``: a deep ensemble (10 MLPs, the paper's settings) on
   scikit-learn's digits, before and after temperature scaling fitted on a calibration split:
@@ -47,32 +49,23 @@ def toy_maps(out: Path, side: int, seed: int) -> None:
     from dataclasses import replace
 
     from bensemble.datasets import make_toy_gaussians, make_toy_grid
-    from bensemble.experiments.illustrative import DEFAULT_CLIP
-    from bensemble.methods import gaussian_members
-    from bensemble.methods.zoo import (
-        ILLUSTRATIVE_METHODS,
-        PAPER_ORDER,
-        ZooSettings,
-        illustrative_outputs,
-        member_probs,
-    )
+    from bensemble.experiments._scores import score_method
+    from bensemble.experiments.illustrative import Convention
+    from bensemble.methods.zoo import ILLUSTRATIVE_METHODS, PAPER_ORDER, ZooSettings
     from bensemble.plots import plot_toy_maps, toy_map_pairs
 
     settings = replace(ZooSettings(), epochs=1000, batch_size=None)  # as `reproduce toy`
     train = make_toy_gaussians(10, seed=seed)
     grid = make_toy_grid(side, seed=seed + 10_000)
     eu, error = {}, {}
-    for method in PAPER_ORDER:
+    for method in PAPER_ORDER:  # scored as `reproduce toy` scores them (default convention)
         start = time.perf_counter()
-        if method in ILLUSTRATIVE_METHODS:
-            h, eu[method], _ = illustrative_outputs(method, train.x, train.y, grid.x)
-            g = torch.Generator().manual_seed(seed)
-            p = gaussian_members(h, eu[method], settings.n_samples, clip=DEFAULT_CLIP, generator=g)
-            p = p[..., 1]
-        else:
-            p = member_probs(method, train.x, train.y, grid.x, settings=settings, seed=seed)[..., 1]
-            eu[method] = p.var(dim=0, unbiased=False)
-        error[method] = ((grid.eta[None, :] - p) ** 2).mean(dim=0)
+        result = score_method(
+            method, (train.x, train.y), (grid.x, grid.y), settings=settings, seed=seed,
+            conventions=(Convention(),), n_bins=100,
+        )  # fmt: skip
+        eu[method] = result.eu
+        error[method] = ((grid.eta[None, :] - result.members) ** 2).mean(dim=0)
         print(
             f"  toy: {method:<20} mean EU {float(eu[method].mean()):.4f}, mean squared error "
             f"{float(error[method].mean()):.4f} ({time.perf_counter() - start:.1f} s)",

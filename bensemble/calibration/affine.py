@@ -9,7 +9,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bensemble._validation import check_positive, check_positive_int
+from bensemble._validation import (
+    check_allocation,
+    check_positive,
+    check_positive_int,
+)
 from bensemble.calibration._inputs import fit_inputs, forward_input, state_tensor
 
 __all__ = ["CONVERGENCE_GTOL", "MatrixScaling", "VectorScaling"]
@@ -176,6 +180,8 @@ class VectorScaling(_AffineScaling):
 
     def __init__(self, num_classes: int) -> None:
         super().__init__(num_classes)
+        # a and b, their float64 fitting copies, gradients and L-BFGS history (~20 per class)
+        check_allocation(self._name, "num_classes", self.num_classes, per_count=20, itemsize=8)
         self.a = nn.Parameter(torch.ones(self.num_classes, dtype=torch.float32))
         self.b = nn.Parameter(torch.zeros(self.num_classes, dtype=torch.float32))
 
@@ -214,6 +220,10 @@ class MatrixScaling(_AffineScaling):
         super().__init__(num_classes)
         self.off_diagonal_l2 = check_positive(
             off_diagonal_l2, "off_diagonal_l2", self._name, allow_zero=True
+        )
+        # a [K, K] weight, its float64 fitting copies, gradients and L-BFGS history (~20 x)
+        check_allocation(
+            self._name, "num_classes", self.num_classes, per_count=20 * (self.num_classes + 1)
         )
         self.weight = nn.Parameter(torch.eye(self.num_classes, dtype=torch.float32))
         self.bias = nn.Parameter(torch.zeros(self.num_classes, dtype=torch.float32))

@@ -1,4 +1,4 @@
-"""Prediction sets with coverage guarantees (split conformal classification).
+"""Prediction sets and intervals with coverage guarantees (split conformal).
 
 * :class:`SplitConformalClassifier` - marginal or class-conditional (Mondrian) split conformal
   sets from LAC, APS or RAPS scores (:mod:`bensemble.conformal.split`).
@@ -6,6 +6,9 @@
 * Set quality: :func:`coverage`, :func:`mean_set_size`, :func:`empty_set_rate`,
   :func:`per_class_coverage`, :func:`size_stratified_coverage`.
 * :func:`split_calibration` - keep temperature fitting and conformal calibration on separate data.
+* Regression (:mod:`bensemble.conformal.regression`): :class:`SplitConformalRegressor` (absolute
+  or spread-normalised residuals of member predictions ``[M, N]`` / ``[M, N, 2]``) and
+  :class:`ConformalizedQuantileRegressor` (CQR for quantile members ``[M, N, 2]``).
 """
 
 from bensemble.conformal.data import CalibrationSplit, split_calibration
@@ -17,6 +20,12 @@ from bensemble.conformal.metrics import (
     per_class_coverage,
     size_stratified_coverage,
 )
+from bensemble.conformal.regression import (
+    REGRESSION_SCORES,
+    SPREADS,
+    ConformalizedQuantileRegressor,
+    SplitConformalRegressor,
+)
 from bensemble.conformal.scores import SCORES, aps_scores, lac_scores, raps_scores
 from bensemble.conformal.split import (
     SplitConformalClassifier,
@@ -27,6 +36,10 @@ from bensemble.conformal.split import (
 
 __all__ = [
     "SplitConformalClassifier",
+    "SplitConformalRegressor",
+    "ConformalizedQuantileRegressor",
+    "REGRESSION_SCORES",
+    "SPREADS",
     "conformal_rank",
     "conformal_quantile",
     "class_conditional_quantiles",

@@ -17,7 +17,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from bensemble._validation import as_float_tensor, as_labels, check_positive_int, check_probability
+from bensemble._validation import (
+    as_float_tensor,
+    as_labels,
+    check_count,
+    check_positive_int,
+    check_probability,
+)
 
 __all__ = [
     "class_conditional_quantiles",
@@ -144,7 +150,7 @@ def class_conditional_quantiles(
     """
     fn = "class_conditional_quantiles"
     alpha = check_probability(alpha, "alpha", fn)
-    num_classes = check_positive_int(num_classes, "num_classes", fn)
+    num_classes = check_count(num_classes, "num_classes", fn, per_count=4)  # counts, thresholds
     s = as_float_tensor(scores, "scores", fn, ndim=1)
     y = as_labels(labels, "labels", fn, n=s.shape[0], num_classes=num_classes, device=s.device)
     thresholds = class_quantiles(s, y, num_classes, alpha)

@@ -103,8 +103,11 @@ def member_output(out: Any, index: int, rows: int | None, fn: str) -> torch.Tens
 
 
 def check_member_stack(preds: torch.Tensor, output_kind: str, fn: str) -> torch.Tensor:
-    """Stacked member outputs ``[M, B, *]`` must be finite (and on the simplex for probs)."""
-    if not preds.is_floating_point():
+    """Stacked member outputs ``[M, B, *]`` must be finite (and on the simplex for probs).
+
+    Tensors on the ``"meta"`` device carry shapes but no values: they pass unchecked.
+    """
+    if not preds.is_floating_point() or preds.device.type == "meta":
         return preds
     # one reduction: a NaN or infinity makes the sum non-finite (an overflowing sum of finite
     # values only sends us to the exact check below)

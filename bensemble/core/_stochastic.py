@@ -25,7 +25,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from bensemble.core._checks import set_training
-from bensemble.layers.base import StochasticLayer, bernoulli_mask
+from bensemble.layers.base import StochasticLayer, draw_mask
 
 __all__ = [
     "DROPOUT_TYPES",
@@ -159,7 +159,7 @@ def _apply_dropout(
     k = len(gens)
 
     def draw(shape: Sequence[int], g: torch.Generator | None) -> torch.Tensor:
-        return bernoulli_mask(shape, 1.0 - p, device=x.device, dtype=x.dtype, generator=g)
+        return draw_mask(shape, 1.0 - p, device=x.device, dtype=x.dtype, generator=g)
 
     if k == 1:
         keep = draw(_mask_shape(kind, x.shape, per_pass), gens[0])

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bensemble._validation import check_option, check_positive_int, to_tensor
+from bensemble._validation import MIN_MEMBER_BYTES, check_count, check_option, to_tensor
 from bensemble.core._inputs import iter_batches, to_member_input
 from bensemble.core.member import ExplicitMembers, MemberAdapter, StochasticMembers
 from bensemble.core.packed import PACKED_OPTIONS, PackedMembers, packable
@@ -332,7 +332,8 @@ class Ensemble(nn.Module):
                 f"{fn}: `source` must have a sample_models(n_models) method "
                 f"(got {type(source).__name__})"
             )
-        n_members = check_positive_int(n_members, "n_members", fn)
+        # at least one network object per member, before the source builds any
+        n_members = check_count(n_members, "n_members", fn, per_count=1, itemsize=MIN_MEMBER_BYTES)
         models = source.sample_models(n_members, **kwargs)
         if isinstance(models, nn.Module) and not isinstance(models, nn.ModuleList):
             models = [models]

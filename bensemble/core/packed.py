@@ -129,7 +129,7 @@ class PackedMembers(ExplicitMembers):
                 "element-wise activation layers (got members that cannot be packed)"
             )
         self.packed = packed
-        self._cache_key: list[int] | None = None
+        self._cache_key: list[Any] | None = None
         self._cache: list[tuple] | None = None
         self._cache_refs: list[Any] = []
         self._work_per_row = 0
@@ -139,16 +139,19 @@ class PackedMembers(ExplicitMembers):
         state["_cache_key"], state["_cache"], state["_cache_refs"] = None, None, []
         return state
 
-    def _key(self) -> list[int]:
-        """Identity of every layer and parameter, and in-place versions (cheap to compare)."""
-        key: list[int] = []
+    def _key(self) -> list[Any]:
+        """Identity of every layer and parameter, in-place versions, storage, dtype and device.
+
+        ``.to()`` / ``.double()`` / ``.half()`` replace a parameter's data without touching its
+        identity or version: the storage pointer, dtype and device catch that.
+        """
+        key: list[Any] = []
         for model in self.models:
             for layer in model._modules.values():
                 key.append(id(layer))
                 for p in layer._parameters.values():
                     if p is not None:
-                        key.append(id(p))
-                        key.append(p._version)
+                        key.append((id(p), p._version, p.data_ptr(), p.dtype, p.device))
         return key
 
     def _refs(self) -> list[Any]:

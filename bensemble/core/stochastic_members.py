@@ -12,9 +12,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from bensemble._validation import check_generator, check_option, check_positive_int
-from bensemble.core._adapter import OUTPUT_KINDS, MemberAdapter, check_module
+from bensemble._validation import (
+    check_allocation,
+    check_count,
+    check_generator,
+    check_option,
+    check_positive_int,
+)
+from bensemble.core._adapter import OUTPUT_KINDS, check_module
 from bensemble.core._checks import all_modules, check_member_stack, input_rows, member_output
+from bensemble.core._member_seeds import SeededMembers
 from bensemble.core._stochastic import (
     DEGENERATE_MESSAGE,
     SamplingSession,
@@ -36,11 +43,14 @@ STOCHASTIC_MODES = ("auto", "dropout", "dropconnect", "bayesian", "both", "all")
 MASK_MODES = ("per_pass", "per_sample")
 #: How :class:`StochasticMembers` runs its passes.
 STRATEGIES = ("loop", "repeat")
+# Memory one member holds besides its outputs: its seed, its torch.Generator (~5 KB of CPU
+# state) and the saved state that resets it on every call (5,056 bytes).
+_BYTES_PER_MEMBER = 12_000
 # Rows per forward pass when strategy="repeat" picks its own chunk size.
 _REPEAT_MAX_ROWS = 4096
 
 
-class StochasticMembers(MemberAdapter):
+class StochasticMembers(SeededMembers):
     """One network whose fixed random draws are the members (MC dropout, DropConnect, ...).
 
     **Members are fixed hypotheses.** At construction ``num_samples`` per-member seeds are drawn
@@ -131,7 +141,7 @@ class StochasticMembers(MemberAdapter):
         super().__init__()
         fn = "StochasticMembers"
         self.model = check_module(model, "model", fn)
-        self.num_samples = check_positive_int(num_samples, "num_samples", fn)
+        self.num_samples = check_count(num_samples, "num_samples", fn, itemsize=_BYTES_PER_MEMBER)
         self.mode = check_option(mode, "mode", STOCHASTIC_MODES, fn)
         self.mask = check_option(mask, "mask", MASK_MODES, fn)
         self.generator = check_generator(generator, seed, fn)
@@ -177,17 +187,6 @@ class StochasticMembers(MemberAdapter):
         # per_sample without a generator is torch's own dropout: fresh noise on every call
         self._fresh = self.mask == "per_sample" and self.generator is None
         self._seeds = None if self._fresh else draw_seeds(self.num_samples, self.generator)
-
-    def __setstate__(self, state: dict) -> None:
-        """Objects pickled before members were fixed get seeds (and flags) on loading."""
-        super().__setstate__(state)
-        if "_seeds" not in self.__dict__:
-            frozen = self.__dict__.pop("_frozen_seeds", None)
-            self._fresh = self.mask == "per_sample" and self.generator is None
-            self._seeds = (
-                None if self._fresh else frozen or draw_seeds(self.num_samples, self.generator)
-            )
-            self._functional_dropout = None if "dropout" in self.kinds else False
 
     # ------------------------------------------------------------------ set-up helpers
     def _all_modules(self) -> list[nn.Module]:
@@ -250,26 +249,6 @@ class StochasticMembers(MemberAdapter):
             return x.device
         param = next(self.model.parameters(), None)
         return param.device if param is not None else torch.device("cpu")
-
-    def _generators(self, seeds: list[int], device: torch.device) -> list[torch.Generator]:
-        """One generator per member, in its seeded state (cached: resetting a generator's state
-        is ~40x cheaper than seeding a new one)."""
-        key = (str(device), tuple(seeds))
-        cache = self.__dict__.get("_gen_cache")
-        if cache is None or cache[0] != key:
-            gens = pass_generators(seeds, device)
-            cache = (key, gens, [g.get_state() for g in gens])
-            self.__dict__["_gen_cache"] = cache
-        else:
-            for g, state in zip(cache[1], cache[2]):
-                g.set_state(state)
-        return cache[1]
-
-    def __getstate__(self) -> dict:
-        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
-        state = dict(state)
-        state.pop("_gen_cache", None)  # rebuilt on the first call
-        return state
 
     # ------------------------------------------------------------------ hypotheses
     @property
@@ -353,6 +332,7 @@ class StochasticMembers(MemberAdapter):
                     outputs.append(member_output(head(h), m, rows, fn))
                     if m == 0:
                         self._after_first_pass(session, native, fn)
+                        _check_stack(outputs[0], self.num_samples, fn)
                 preds = torch.stack(outputs)
             else:
                 preds = self._predict_repeat(session, head, h, gens, native, fn)
@@ -391,6 +371,7 @@ class StochasticMembers(MemberAdapter):
             out = member_output(head(h.repeat(len(part), *([1] * (h.ndim - 1)))), start, None, fn)
             if start == 0:
                 self._after_first_pass(session, native, fn)
+                _check_stack(out[: out.shape[0] // len(part)], self.num_samples, fn)
             outputs.append(out.reshape(len(part), rows, *out.shape[1:]))
         return torch.cat(outputs)
 
@@ -401,3 +382,10 @@ class StochasticMembers(MemberAdapter):
     @property
     def member_modules(self) -> list[nn.Module]:
         return [self.model]
+
+
+def _check_stack(first: torch.Tensor, num_samples: int, fn: str) -> None:
+    """The ``[M, B, *]`` stack of ``num_samples`` outputs like ``first`` must fit in memory."""
+    check_allocation(
+        fn, "num_samples", num_samples, per_count=2 * first.numel(), itemsize=first.element_size()
+    )  # the outputs and their stack

@@ -16,7 +16,13 @@ from dataclasses import dataclass
 
 import torch
 
-from bensemble._validation import as_float_tensor, check_positive_int, check_probability
+from bensemble._validation import (
+    as_float_tensor,
+    check_count,
+    check_positive_int,
+    check_probability,
+    machine_memory_bytes,
+)
 
 __all__ = [
     "BAYES_ERROR",
@@ -77,7 +83,7 @@ def make_toy_gaussians(
     n: int, *, generator: torch.Generator | None = None, seed: int | None = None
 ) -> ToyData:
     """Draw ``n`` labelled points: ``y ~ Bernoulli(1/2)``, then ``x | y`` from its Gaussian."""
-    n = check_positive_int(n, "n", "make_toy_gaussians")
+    n = check_count(n, "n", "make_toy_gaussians", per_count=4, itemsize=8)  # x [n, 2], y, eta
     g = _generator(generator, seed)
     y = torch.randint(0, 2, (n,), generator=g)
     means = torch.where(
@@ -104,6 +110,13 @@ def make_toy_grid(
     image whose rows follow ``x2``.
     """
     n = check_positive_int(n_per_axis, "n_per_axis", "make_toy_grid", minimum=2)
+    per_point = 6 * 8  # x [n^2, 2], y, eta, the meshgrid and its flattening in float64
+    if n * n * per_point > machine_memory_bytes():
+        limit = math.isqrt(machine_memory_bytes() // per_point)
+        raise ValueError(
+            f"make_toy_grid: `n_per_axis` must be <= {limit} so that its {n * n} grid points fit "
+            f"in this machine's memory ({machine_memory_bytes()} bytes) (got {n_per_axis})"
+        )
     if not low < high:
         raise ValueError(f"make_toy_grid: `low` must be < `high` (got {low} and {high})")
     g = _generator(generator, seed)

@@ -24,11 +24,14 @@ from __future__ import annotations
 import gzip
 import io
 import os
-import pickle
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from bensemble._io_files import check_fits_memory, open_checked
+from bensemble._terminal import printable_name
+from bensemble.datasets._cifar_pickle import read_cifar10_pickle
 
 __all__ = [
     "CIFAR10_CLASSES",
@@ -104,23 +107,29 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     """
     fn = "read_idx"
     path = Path(path)
-    size = path.stat().st_size
-    with open(path, "rb") as raw_file:
+    shown = printable_name(path)
+    where = f"{fn}: `path` {shown}"
+    with open_checked(path, where) as raw_file:
+        size = os.fstat(raw_file.fileno()).st_size
         compressed = raw_file.read(2) == b"\x1f\x8b"
         raw_file.seek(0)
         stream = gzip.GzipFile(fileobj=raw_file) if compressed else raw_file
         try:
             head = _read_exact(stream, 4)
             if len(head) < 4 or head[0] != 0 or head[1] != 0:
-                raise ValueError(f"{fn}: `path` must be an IDX file (got {path}: bad magic number)")
+                raise ValueError(
+                    f"{fn}: `path` must be an IDX file (got {shown}: bad magic number)"
+                )
             code, ndim = head[2], head[3]
             if code not in _IDX_DTYPES:
                 raise ValueError(
-                    f"{fn}: `path` must be an IDX file (got {path}: type code {code:#04x})"
+                    f"{fn}: `path` must be an IDX file (got {shown}: type code {code:#04x})"
                 )
             dims = _read_exact(stream, 4 * ndim)
             if len(dims) < 4 * ndim:
-                raise ValueError(f"{fn}: `path` must be an IDX file (got {path}: truncated header)")
+                raise ValueError(
+                    f"{fn}: `path` must be an IDX file (got {shown}: truncated header)"
+                )
             shape = tuple(int(s) for s in np.frombuffer(dims, dtype=">u4"))
             dtype = _IDX_DTYPES[code]
             header = 4 + 4 * ndim
@@ -129,23 +138,25 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
             if not compressed and size != expected:
                 raise ValueError(
                     f"{fn}: `path` must hold {expected} bytes for shape {list(shape)} "
-                    f"(got {path}: {size} bytes)"
+                    f"(got {shown}: {size} bytes)"
                 )
             if compressed and expected > size * _MAX_DEFLATE_RATIO + 1024:
                 raise ValueError(
                     f"{fn}: `path` must hold {expected} bytes for shape {list(shape)} "
-                    f"(got {path}: a {size}-byte gzip stream cannot hold that many)"
+                    f"(got {shown}: a {size}-byte gzip stream cannot hold that many)"
                 )
+            # the payload and its native-order copy
+            check_fits_memory(2 * body, where, f"its header claims shape {list(shape)}")
             payload = _read_exact(stream, body + 1) if compressed else _read_exact(stream, body)
             if len(payload) != body:
                 got = header + len(payload) if len(payload) <= body else f"more than {expected}"
                 raise ValueError(
                     f"{fn}: `path` must hold {expected} bytes for shape {list(shape)} "
-                    f"(got {path}: {got} bytes)"
+                    f"(got {shown}: {got} bytes)"
                 )
         except (OSError, EOFError, gzip.BadGzipFile) as err:
             raise ValueError(
-                f"{fn}: `path` must be a readable IDX file (got {path}: {err})"
+                f"{fn}: `path` must be a readable IDX file (got {shown}: {err})"
             ) from None
         finally:
             if compressed:
@@ -166,6 +177,8 @@ def _as_images(images: np.ndarray) -> torch.Tensor:
 
 
 def _check_labels(labels: np.ndarray, n: int, what: str, fn: str) -> torch.Tensor:
+    if labels.dtype.kind not in "iu":  # a float label is refused, never truncated
+        raise ValueError(f"{fn}: `{what}` labels must be integers (got dtype {labels.dtype})")
     if labels.ndim != 1 or labels.shape[0] != n:
         raise ValueError(f"{fn}: `{what}` labels must have shape [{n}] (got {list(labels.shape)})")
     if labels.size and (labels.min() < 0 or labels.max() > 9):
@@ -194,7 +207,9 @@ def load_idx_dataset(
         paths = [_find(folder, stem) for stem in stems]
         missing = [stem for stem, p in zip(stems, paths) if p is None]
         if missing:
-            raise FileNotFoundError(f"{name} not found: {folder} lacks {missing[0]}[.gz]")
+            raise FileNotFoundError(
+                f"{name} not found: {printable_name(folder)} lacks {missing[0]}[.gz]"
+            )
         images, labels = (read_idx(p) for p in paths)
         if images.ndim != 3 or images.dtype != np.uint8 or images.shape[1] != images.shape[2]:
             raise ValueError(
@@ -224,107 +239,24 @@ def read_cifar10_bin(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     """
     fn = "read_cifar10_bin"
     path = Path(path)
-    size = path.stat().st_size
-    if size == 0 or size % CIFAR10_RECORD:
-        raise ValueError(
-            f"{fn}: `path` must hold a positive multiple of {CIFAR10_RECORD} bytes "
-            f"(got {path}: {size} bytes)"
-        )
-    records = np.fromfile(path, dtype=np.uint8).reshape(-1, CIFAR10_RECORD)
+    shown = printable_name(path)
+    where = f"{fn}: `path` {shown}"
+    with open_checked(path, where) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size == 0 or size % CIFAR10_RECORD:
+            raise ValueError(
+                f"{fn}: `path` must hold a positive multiple of {CIFAR10_RECORD} bytes "
+                f"(got {shown}: {size} bytes)"
+            )
+        check_fits_memory(2 * size, where, f"it holds {size // CIFAR10_RECORD} records")  # + copy
+        records = np.fromfile(handle, dtype=np.uint8, count=size)
+    if records.size != size:
+        raise ValueError(f"{fn}: `path` was truncated while being read (got {shown})")
+    records = records.reshape(-1, CIFAR10_RECORD)
     labels = records[:, 0]
     if labels.max() > 9:
-        raise ValueError(f"{fn}: `path` labels must lie in 0..9 (got {path}: {labels.max()})")
+        raise ValueError(f"{fn}: `path` labels must lie in 0..9 (got {shown}: {labels.max()})")
     return records[:, 1:].reshape(-1, 3, 32, 32).copy(), labels.astype(np.int64)
-
-
-#: The only globals a CIFAR-10 python pickle may name: numpy's array / dtype reconstruction.
-_PICKLE_GLOBALS = frozenset(
-    {
-        ("numpy.core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy.core.numeric", "_frombuffer"),
-        ("numpy._core.numeric", "_frombuffer"),
-        ("numpy", "ndarray"),
-        ("numpy", "dtype"),
-    }
-)
-
-
-def _latin1_bytes(text: str, encoding: str = "latin1") -> bytes:
-    """Stand-in for ``_codecs.encode`` (how protocol-2 pickles from Python 3 store bytes)."""
-    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
-        raise pickle.UnpicklingError("_codecs.encode is allowed only as (str, 'latin1')")
-    return text.encode("latin1")
-
-
-class _RestrictedUnpickler(pickle.Unpickler):
-    """Admits only :data:`_PICKLE_GLOBALS`; every other global is refused before it is loaded.
-
-    ``_codecs.encode`` (protocol-2 pickles written by Python 3 store ``bytes`` through it) is
-    replaced by :func:`_latin1_bytes`, which only turns a str into latin-1 bytes.
-    """
-
-    def find_class(self, module: str, name: str):  # noqa: D102
-        if (module, name) == ("_codecs", "encode"):
-            return _latin1_bytes
-        if (module, name) in _PICKLE_GLOBALS:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"global {module}.{name} is not allowed")
-
-    def persistent_load(self, pid):  # noqa: D102
-        raise pickle.UnpicklingError("persistent ids are not allowed")
-
-
-def _key(batch: dict, name: str):
-    for key in (name.encode(), name):
-        if key in batch:
-            return batch[key]
-    return None
-
-
-def read_cifar10_pickle(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
-    """One batch of CIFAR-10's python version, read with a restricted unpickler.
-
-    The pickle must be a dict with ``data`` (uint8 ``[N, 3072]``) and ``labels`` (``N`` ints in
-    0..9), keys as bytes (Python 2 pickles) or str; other keys (``batch_label``,
-    ``filenames``) are ignored. Only numpy's array reconstruction may be named by the pickle:
-    any other global (``os.system``, ``builtins.eval``, ...) makes it raise ``ValueError``
-    without calling anything.
-
-    Returns:
-        ``(images uint8 [N, 3, 32, 32], labels int64 [N])``.
-
-    Raises:
-        ValueError: the file is not such a pickle, or names a forbidden global.
-    """
-    fn = "read_cifar10_pickle"
-    path = Path(path)
-    with open(path, "rb") as f:
-        try:
-            batch = _RestrictedUnpickler(f, encoding="bytes").load()
-        except Exception as err:  # any unpickling failure is a malformed / hostile file
-            raise ValueError(
-                f"{fn}: `path` must be a CIFAR-10 python batch (got {path}: {err})"
-            ) from None
-    if not isinstance(batch, dict):
-        raise ValueError(f"{fn}: `path` must hold a dict (got {path}: {type(batch).__name__})")
-    data, labels = _key(batch, "data"), _key(batch, "labels")
-    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2:
-        raise ValueError(f"{fn}: `path` must hold `data` as a uint8 [N, 3072] array (got {path})")
-    if data.shape[1] != 3072:
-        raise ValueError(
-            f"{fn}: `path` must hold `data` of shape [N, 3072] (got {path}: {list(data.shape)})"
-        )
-    if not isinstance(labels, (list, tuple, np.ndarray)):
-        raise ValueError(f"{fn}: `path` must hold `labels` as a list of ints (got {path})")
-    try:
-        y = np.asarray(labels, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):
-        raise ValueError(
-            f"{fn}: `path` must hold `labels` as a list of ints (got {path})"
-        ) from None
-    _check_labels(y, data.shape[0], str(path), fn)
-    return data.reshape(-1, 3, 32, 32).copy(), y
 
 
 def load_cifar10(data_dir: str | os.PathLike) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -358,6 +290,6 @@ def load_cifar10(data_dir: str | os.PathLike) -> dict[str, tuple[torch.Tensor, t
             return out
     missing = next(n for n in names if not (root / f"{n}.bin").is_file())
     raise FileNotFoundError(
-        f"CIFAR-10 not found: {root} lacks {missing}.bin (binary version) and its python "
-        "version (data_batch_1..5, test_batch)"
+        f"CIFAR-10 not found: {printable_name(root)} lacks {missing}.bin (binary version) and "
+        "its python version (data_batch_1..5, test_batch)"
     )

@@ -8,14 +8,13 @@ with :class:`~bensemble.reporting.report.Report`. This module holds what they sh
 * :class:`RunOptions` / :class:`ExperimentResult` - what comes in and what goes out;
 * :func:`repeat_seeds`, :func:`mean_sd`, :func:`aggregate` - repeats and their mean +- sd
   (defined in :mod:`bensemble.experiments._repeats`, re-exported here);
-* :func:`binary_scores` - accuracy, ECE, EECE (and TECE when ``P(y = 1 | x)`` is known) of
-  binary member predictions, with the paper's EECE settings (100 K-means bins, seeded), and
-  :func:`one_vs_all` - the relabelling of the paper's one-vs-all protocol (both defined in
-  :mod:`bensemble.experiments._scores`, re-exported here);
-* :func:`zoo_settings`, :func:`method_member_probs` - the producers, as the paper trains them;
+* :func:`zoo_settings` - the producers' settings, as the paper trains them (or quick);
 * :func:`single_thread` - intra-op threads pinned to 1 while an experiment runs (the models are
   tiny: per-op overhead dominates and on a shared 2-core machine oversubscription costs 10x);
-* small line / bar figures (matplotlib is imported inside the functions only).
+* :class:`Printer`, :class:`Stopwatch`, :func:`finish` - printing, timing and closing a report.
+
+How an experiment is declared and run is :mod:`bensemble.experiments.runner`; how methods are
+scored, :mod:`bensemble.experiments._scores`.
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ import torch
 from bensemble import _progress
 from bensemble._options import check_count, check_seed
 from bensemble._validation import check_positive_int
-from bensemble.experiments._plotting import bar_figure, line_figure
 from bensemble.experiments._repeats import (
     SD_SUFFIX,  # noqa: F401 - re-exported (the "c sd" column suffix)
     aggregate,
@@ -43,37 +41,23 @@ from bensemble.experiments._repeats import (
     mean_sd,
     repeat_seeds,
 )
-from bensemble.experiments._scores import (
-    ECE_BINS,
-    EECE_BACKEND,
-    EECE_BINS,
-    binary_scores,
-    one_vs_all,
-)
-from bensemble.methods import EvidentialKNN
-from bensemble.methods.zoo import ZooSettings, member_probs
+from bensemble.methods.zoo import ZooSettings
 from bensemble.reporting._folder import check_out_text
 from bensemble.reporting.report import Report, environment, format_table
 
 __all__ = [
-    "ECE_BINS",
-    "EECE_BACKEND",
-    "EECE_BINS",
     "NA",
+    "DataDirError",
+    "DataUnavailableError",
     "ExperimentResult",
     "Printer",
     "RunOptions",
     "Stopwatch",
     "aggregate",
-    "bar_figure",
-    "binary_scores",
     "columns_of",
     "display_rows",
     "finish",
-    "line_figure",
     "mean_sd",
-    "method_member_probs",
-    "one_vs_all",
     "progress_bar",
     "repeat_seeds",
     "single_thread",
@@ -84,6 +68,14 @@ __all__ = [
 NA = "n/a"
 #: Staged reports of the experiment now running; ``reproduce`` discards them if it fails.
 OPEN_REPORTS: list[Report] = []
+
+
+class DataUnavailableError(RuntimeError):
+    """Raised by an experiment whose data files are missing; the message says how to get them."""
+
+
+class DataDirError(DataUnavailableError):
+    """``--data-dir`` is required and missing, or lacks a file: a usage error (exit status 2)."""
 
 
 @dataclass(frozen=True)
@@ -171,40 +163,6 @@ def zoo_settings(quick: bool) -> ZooSettings:
     return ZooSettings.quick(
         epochs=5, n_members=3, n_samples=20, n_trees=20, blr_draws=120, blr_burn_in=60
     )
-
-
-#: The paper's EK-NN neighbourhood (appendix B.1.1).
-EKNN_NEIGHBOURS = 12
-
-
-def method_member_probs(
-    method: str, x_train: Any, y_train: Any, x_eval: Any, *, settings: ZooSettings, seed: int
-) -> tuple[torch.Tensor, str | None]:
-    """:func:`~bensemble.methods.zoo.member_probs`, except EK-NN on fewer than 12 points.
-
-    The paper's EK-NN uses ``k = 12`` neighbours, which a 10-point training set (the toy
-    experiment) cannot provide; there ``k`` becomes the number of training points and a note
-    says so. Everything else is the zoo unchanged.
-
-    Returns:
-        ``(member_probs [H, N, K] float64, note or None)``.
-    """
-    seed = check_seed(seed, "seed", "method_member_probs")
-    n_train = len(y_train)
-    if method == "EK-NN" and n_train < EKNN_NEIGHBOURS:
-        g = torch.Generator().manual_seed(seed)
-        knn = EvidentialKNN(n_neighbors=n_train).fit(
-            torch.as_tensor(x_train, dtype=torch.float64), y_train
-        )
-        probs = knn.sample_members(
-            torch.as_tensor(x_eval, dtype=torch.float64), settings.n_samples, generator=g
-        )
-        note = (
-            f"EK-NN: k = {n_train} (all training points); the paper's k = {EKNN_NEIGHBOURS} "
-            f"needs at least {EKNN_NEIGHBOURS} training points"
-        )
-        return probs.to(torch.float64), note
-    return member_probs(method, x_train, y_train, x_eval, settings=settings, seed=seed), None
 
 
 # ----------------------------------------------------------------------------- running

@@ -1,4 +1,8 @@
-"""Small line and bar figures of the reproductions (matplotlib imported inside the functions)."""
+"""Small line and bar figures of the reproductions (matplotlib imported inside the functions).
+
+Every figure takes a ``caption``: the scoring convention it used (or that none applies) and
+any note a reader needs, printed under the axes.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ def line_figure(
     logx: bool = False,
     logy: bool = False,
     reference: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
+    caption: str = "",
 ) -> Any:
     """Lines with optional error bars, plus optional reference markers (the paper's values).
 
@@ -25,6 +30,7 @@ def line_figure(
         xlabel, ylabel, title: axis labels and title.
         logx, logy: log-scaled axes.
         reference: label -> ``(x, y)`` drawn as hollow markers.
+        caption: text under the axes.
 
     Returns:
         The matplotlib Figure.
@@ -56,8 +62,22 @@ def line_figure(
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
+    ax.legend(fontsize=8)
+    return _captioned(fig, caption)
+
+
+def _captioned(fig: Any, caption: str) -> Any:
+    """``fig`` laid out with ``caption`` (wrapped) under its axes."""
+    import textwrap
+
+    if caption:
+        width = int(fig.get_figwidth() * 14)
+        text = "\n".join(textwrap.wrap(caption, width))
+        fig.text(0.01, 0.005, text, fontsize=7, va="bottom", ha="left", color="dimgray")
+        lines = text.count("\n") + 1
+        fig.tight_layout(rect=(0, 0.035 * lines + 0.01, 1, 1))
+    else:
+        fig.tight_layout()
     return fig
 
 
@@ -67,8 +87,12 @@ def bar_figure(
     *,
     ylabel: str,
     title: str,
+    caption: str = "",
 ) -> Any:
-    """Grouped bars per category: label -> ``(heights, errors or None)``; NaN heights are gaps."""
+    """Grouped bars per category: label -> ``(heights, errors or None)``; NaN heights are gaps.
+
+    ``caption`` is printed under the axes.
+    """
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(categories) + 2), 4.2))
@@ -85,5 +109,4 @@ def bar_figure(
     ax.set_title(title)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    return fig
+    return _captioned(fig, caption)

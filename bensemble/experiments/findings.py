@@ -1,42 +1,54 @@
-"""The paper's findings (orderings, trends, the binning minimum), measured on result tables.
+"""The paper's findings, measured repeat by repeat on an experiment's records.
 
-:func:`finding_rows` turns one experiment's tables into verdict rows (``row``, ``quantity``,
-``paper``, ``ours``, ``verdict``) for the ``reproduce all`` index: the statements the paper makes
-in words rather than numbers. Each is checked with a rule stated here, so a verdict is measured,
-never asserted:
+The paper states some results in words - orderings of methods, trends, a best number of bins.
+Each is checked here with a stated rule *in every repeat* (for the one-vs-all runs: in every
+task of every repeat, the paper's own unit of repetition), and judged by
+:func:`~bensemble.experiments.verdicts.finding_verdict` on the fraction of repeats where it holds:
 
-* **one-vs-all** (sections 4.3 and 5): the three illustrative methods have the three largest mean
-  EECE ("the three illustrative methods still occupy the bottom of the ranking"); the random
-  forest has the largest mean EECE of the six active methods ("Random Forest remains the worst
-  epistemically calibrated model"); DropConnect and MC-Dropout are at least as well calibrated as
-  the other two networks ("DropConnect and MC-Dropout proved to be better epistemically
-  calibrated than their alternatives"). These are orderings, comparable across data sets.
-* **Likelihood's EECE** (table 1: 0.14 on every MNIST task): the variant of
-  :class:`~bensemble.methods.RelativeLikelihood` whose mean EECE comes closest to 0.14, judged
-  with the usual tolerance (not comparable on the stand-in data sets, digits and Fashion-MNIST).
-* **size** (section 4.2): the EECE of the paper's forest decreases with the training-set size
-  (Spearman rho of mean EECE against ``n_train`` <= ``-RANK_RHO``).
-* **noise** (section 4.2): it increases with the input corruption (rho >= ``RANK_RHO``).
-* **binning** (fig. 5): the number of bins with the smallest mean ``|EECE - TECE|``, compared
-  with the paper's "~200 bins" under the usual tolerance.
+* **toy** (section 4.1, fig. 3a): the illustrative methods are worst (each has a larger EECE than
+  every active method), the random forest is the worst active method, Bayesian logistic
+  regression is "almost perfectly" calibrated (TECE below :data:`BLR_TECE_TOLERANCE`);
+* **one-vs-all** (sections 4.3, 5): the three illustrative methods have the three largest EECE;
+  the random forest has the largest EECE of the six active methods; DropConnect and MC-Dropout
+  are at least as well calibrated as the other two networks; the nine methods' EECE ranks like
+  the paper's (Spearman's rho >= :data:`RANK_RHO` against the paper's row of that task);
+* **trends** (section 4.2): the forest's EECE falls with the training-set size and grows with
+  the input corruption (Spearman's rho of the repeat's sweep <= -RANK_RHO / >= RANK_RHO);
+* **values** the text states (size, noise): :func:`value_verdicts` compares the repeats' values
+  with :func:`~bensemble.experiments.verdicts.compare_values`.
+
+Every function returns verdict rows (:func:`~bensemble.experiments.runner.verdict_row`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from bensemble.methods.zoo import ACTIVE_METHODS, ILLUSTRATIVE_METHODS
+from bensemble.experiments._repeats import mean_sd
+from bensemble.experiments._scores import MEMBERS
+from bensemble.experiments.runner import verdict_row
+from bensemble.experiments.verdicts import compare_values, finding_verdict
+from bensemble.methods.zoo import ACTIVE_METHODS, ILLUSTRATIVE_METHODS, PAPER_ORDER
 
-__all__ = ["RANK_RHO", "finding_rows", "spearman"]
+__all__ = [
+    "BLR_TECE_TOLERANCE",
+    "RANK_RHO",
+    "group_by",
+    "one_vs_all_findings",
+    "spearman",
+    "toy_findings",
+    "trend_finding",
+    "value_verdicts",
+]
 
-#: A ranking or trend holds at |Spearman rho| >= this.
+#: A ranking or trend holds in a repeat at |Spearman rho| >= this.
 RANK_RHO = 0.6
-#: The paper's best number of bins at 10,000 test points (fig. 5).
-PAPER_BEST_BINS = 200
+#: "Almost perfectly calibrated": a TECE below this.
+BLR_TECE_TOLERANCE = 0.01
 NETWORKS = ("DropConnect", "MC-Dropout", "Deep Ensemble", "Bayesian Deep")
-Rows = Sequence[Mapping[str, Any]]
+Records = Sequence[Mapping[str, Any]]
 
 
 def spearman(a: Sequence[float], b: Sequence[float]) -> float:
@@ -62,124 +74,129 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     return cov / den if den else float("nan")
 
 
-def _row(row: str, quantity: str, paper: str, ours: str, holds: bool) -> dict[str, Any]:
-    verdict = "holds" if holds else "differs"
-    return {"row": row, "quantity": quantity, "paper": paper, "ours": ours, "verdict": verdict}
+def group_by(records: Records, keys: Sequence[str]) -> dict[tuple, list[Mapping[str, Any]]]:
+    """Records grouped by the values of ``keys`` (first-seen order)."""
+    groups: dict[tuple, list[Mapping[str, Any]]] = {}
+    for record in records:
+        groups.setdefault(tuple(record.get(k) for k in keys), []).append(record)
+    return groups
 
 
-def one_vs_all_findings(summary: Rows) -> list[dict[str, Any]]:
-    """The paper's orderings of the nine methods' mean EECE, measured on a summary table."""
-    eece = {r["method"]: float(r["eece"]) for r in summary}
-    if not set(ILLUSTRATIVE_METHODS) | set(ACTIVE_METHODS) <= set(eece):
-        return []
-    ranked = sorted(eece, key=eece.get, reverse=True)
-    worst3 = ranked[:3]
-    active = {m: eece[m] for m in ACTIVE_METHODS}
-    worst_active = max(active, key=active.get)
-    best_pair = max(eece["DropConnect"], eece["MC-Dropout"])
-    others = min(eece["Deep Ensemble"], eece["Bayesian Deep"])
-    return [
-        _row(
-            "illustrative methods worst",
-            "the 3 largest mean EECE",
-            ", ".join(ILLUSTRATIVE_METHODS),
-            ", ".join(f"{m} {eece[m]:.4f}" for m in worst3),
-            set(worst3) == set(ILLUSTRATIVE_METHODS),
-        ),
-        _row(
-            "Random Forest worst active",
-            "largest mean EECE of the 6 active methods",
-            "Random Forest",
-            f"{worst_active} {active[worst_active]:.4f}"
-            + (
-                ""
-                if worst_active == "Random Forest"
-                else f" (Random Forest {active['Random Forest']:.4f})"
-            ),
-            worst_active == "Random Forest",
-        ),
-        _row(
-            "DropConnect, MC-Dropout best networks",
-            "max(DropConnect, MC-Dropout) <= min(Deep Ensemble, Bayesian Deep)",
-            "yes (section 5)",
-            f"{best_pair:.4f} vs {others:.4f}",
-            best_pair <= others,
-        ),
-    ]
+def _means(units: Sequence[Mapping[str, float]], methods: Sequence[str]) -> dict[str, float]:
+    return {m: mean_sd(u[m] for u in units)[0] for m in methods}
 
 
-def likelihood_findings(variants: Rows, *, comparable: bool) -> list[dict[str, Any]]:
-    """The Likelihood variant closest to the paper's MNIST EECE (0.14), with its verdict."""
-    from bensemble.experiments.all import verdict
-
-    rows = [r for r in variants if isinstance(r.get("paper EECE"), (int, float))]
-    if not rows:
-        return []
-    paper = float(rows[0]["paper EECE"])
-    best = min(rows, key=lambda r: abs(float(r["eece"]) - paper))
-    default = next((r for r in rows if (r["supports"], r["eu"]) == ("count", "min")), None)
-    ours = f"closest: supports={best['supports']}, eu={best['eu']} {best['eece']:.4f}"
-    if default is not None:
-        ours += f"; Nguyen's count/min {default['eece']:.4f}"
-    return [
-        {
-            "row": "Likelihood EECE (MNIST 0.14)",
-            "quantity": "mean EECE of the closest variant",
-            "paper": paper,
-            "ours": ours,
-            "verdict": verdict(float(best["eece"]), paper, comparable=comparable),
-        }
-    ]
+def _ordering_rows(
+    units: Sequence[Mapping[str, float]], quick: bool, rows, unit: str = "repeats"
+) -> list[dict]:
+    """One verdict row per ``(name, quantity, paper, test, detail)`` of ``rows``."""
+    out = []
+    for name, quantity, paper, test, detail in rows:
+        outcomes = [test(u) for u in units]
+        verdict = finding_verdict(outcomes, quick=quick, detail=detail, unit=unit)
+        out.append(verdict_row(name, quantity, paper, verdict))
+    return out
 
 
-def _trend(rows: Rows, x: str, y: str, sign: int, what: str, paper: str) -> list[dict]:
-    xs = [float(r[x]) for r in rows]
-    ys = [float(r[y]) for r in rows if isinstance(r.get(y), (int, float))]
-    if len(ys) != len(xs) or len(xs) < 3:
-        return []
-    rho = spearman(xs, ys)
-    holds = math.isfinite(rho) and sign * rho >= RANK_RHO
-    ours = f"Spearman rho {rho:+.2f} over {len(xs)} {x} values ({ys[0]:.4f} -> {ys[-1]:.4f})"
-    return [_row(what, f"trend of {y} with {x}", paper, ours, holds)]
+def _worst_active(u: Mapping[str, float]) -> str:
+    return max(ACTIVE_METHODS, key=lambda m: u[m])
 
 
-def binning_findings(rows: Rows) -> list[dict[str, Any]]:
-    """The number of bins with the smallest mean ``|EECE - TECE|`` against the paper's ~200."""
-    from bensemble.experiments.all import verdict
-
-    key = "|EECE - TECE|"
-    if not rows or key not in rows[0]:
-        return []
-    best = min(rows, key=lambda r: r[key])
-    at_paper = next((r for r in rows if r["n_bins"] == PAPER_BEST_BINS), None)
-    ours = f"{best['n_bins']} bins ({best[key]:.5f})"
-    if at_paper is not None:
-        ours += f"; at {PAPER_BEST_BINS}: {at_paper[key]:.5f}"
-    return [
-        {
-            "row": "minimum of |EECE - TECE|",
-            "quantity": "number of bins",
-            "paper": f"~{PAPER_BEST_BINS}",
-            "ours": ours,
-            "verdict": verdict(best["n_bins"], PAPER_BEST_BINS),
-        }
-    ]
+def _worst_detail(mean: Mapping[str, float]) -> str:
+    worst = _worst_active(mean)
+    rf = "" if worst == "Random Forest" else f", Random Forest {mean['Random Forest']:.4f}"
+    return f"means: worst active {worst} {mean[worst]:.4f}{rf}"
 
 
-def finding_rows(name: str, tables: Mapping[str, Rows]) -> list[dict[str, Any]]:
-    """The measured findings of experiment ``name`` (see the module doc); ``[]`` if none."""
-    if name in ("digits", "fashion", "mnist", "cifar10"):
-        summary = tables.get("summary") or tables.get(f"{name}_summary")
-        out = one_vs_all_findings(summary) if summary else []
-        comparable = name not in ("digits", "fashion")
-        variants = tables.get("likelihood_variants") or []
-        return out + likelihood_findings(variants, comparable=comparable)
-    if name == "size" and tables.get("size"):
-        paper = "decreases (.07 at 10 points, .007 beyond 50)"
-        return _trend(tables["size"], "n_train", "EECE leaf5", -1, "EECE falls with size", paper)
-    if name == "noise" and tables.get("noise"):
-        paper = "increases (almost 10x at rho = 0.95)"
-        return _trend(tables["noise"], "rho", "EECE leaf5", +1, "EECE grows with noise", paper)
-    if name == "binning" and tables.get("binning"):
-        return binning_findings(tables["binning"])
-    return []
+def toy_findings(config: Any, records: Records) -> list[dict[str, Any]]:
+    """The toy's three findings, per repeat (``config.convention`` for the illustrative rows)."""
+    keep = (MEMBERS, config.convention.label)
+    units = []
+    for group in group_by([r for r in records if r["convention"] in keep], ["seed"]).values():
+        unit = {r["method"]: r["eece"] for r in group if r["method"] in PAPER_ORDER}
+        unit["BLR TECE"] = next(r["tece"] for r in group if r["method"] == "Bayesian Log. Reg.")
+        units.append(unit)
+    mean = _means(units, (*PAPER_ORDER, "BLR TECE"))
+    best_illus = min(ILLUSTRATIVE_METHODS, key=mean.get)
+    worst = _worst_active(mean)
+    said = "yes (section 4, fig. 3a)"
+    return _ordering_rows(units, config.quick, [
+        ("illustrative methods worst", "min illustrative EECE > max active EECE", said,
+         lambda u: min(u[m] for m in ILLUSTRATIVE_METHODS) > max(u[m] for m in ACTIVE_METHODS),
+         f"means: best illustrative {best_illus} {mean[best_illus]:.4f}, worst active "
+         f"{worst} {mean[worst]:.4f}"),
+        ("Random Forest worst active", "largest EECE of the 6 active methods", said,
+         lambda u: _worst_active(u) == "Random Forest", _worst_detail(mean)),
+        (f"BLR near perfect (TECE < {BLR_TECE_TOLERANCE:g})", "Bayesian Log. Reg. TECE",
+         "yes (fig. 6a)", lambda u: u["BLR TECE"] < BLR_TECE_TOLERANCE,
+         f"mean TECE {mean['BLR TECE']:.4f}"),
+    ])  # fmt: skip
+
+
+def one_vs_all_findings(
+    config: Any, units: Sequence[Mapping[str, float]], paper_rows: Sequence[Sequence[float]]
+) -> list[dict[str, Any]]:
+    """The one-vs-all orderings over ``units`` (method -> EECE, one per task and repeat).
+
+    ``paper_rows[i]`` is the paper's EECE of the nine methods (in ``PAPER_ORDER``) for unit
+    ``i``'s task (for the ranking).
+    """
+    mean = _means(units, PAPER_ORDER)
+    worst3 = sorted(PAPER_ORDER, key=mean.get, reverse=True)[:3]
+    best_pair = max(mean["DropConnect"], mean["MC-Dropout"])
+    others = min(mean["Deep Ensemble"], mean["Bayesian Deep"])
+    rhos = [spearman([u[m] for m in PAPER_ORDER], list(p)) for u, p in zip(units, paper_rows)]
+    units = [{**u, "rho": rho} for u, rho in zip(units, rhos)]
+    finite = [r for r in rhos if math.isfinite(r)]
+    rho_mean = sum(finite) / len(finite) if finite else float("nan")
+    return _ordering_rows(units, config.quick, [
+        ("illustrative methods worst", "the 3 largest EECE", ", ".join(ILLUSTRATIVE_METHODS),
+         lambda u: set(sorted(PAPER_ORDER, key=u.get)[-3:]) == set(ILLUSTRATIVE_METHODS),
+         "means: " + ", ".join(f"{m} {mean[m]:.4f}" for m in worst3)),
+        ("Random Forest worst active", "largest EECE of the 6 active methods", "Random Forest",
+         lambda u: _worst_active(u) == "Random Forest", _worst_detail(mean)),
+        ("DropConnect, MC-Dropout best networks",
+         "max(DropConnect, MC-Dropout) <= min(Deep Ensemble, Bayesian Deep)", "yes (section 5)",
+         lambda u: max(u["DropConnect"], u["MC-Dropout"])
+         <= min(u["Deep Ensemble"], u["Bayesian Deep"]),
+         f"means: {best_pair:.4f} vs {others:.4f}"),
+        ("ranking of the nine methods", f"Spearman rho with the paper's EECE row >= {RANK_RHO}",
+         "rho = 1", lambda u: u["rho"] >= RANK_RHO,
+         f"mean rho {rho_mean:+.2f}"),
+    ], unit="tasks x repeats")  # fmt: skip
+
+
+def trend_finding(
+    config: Any, records: Records, x: str, y: str, sign: int, name: str, paper: str
+) -> dict[str, Any]:
+    """A monotone trend of ``y`` with ``x``, holding in a repeat when ``sign * rho >= RANK_RHO``."""
+    outcomes, firsts, lasts = [], [], []
+    for group in group_by(records, ["seed"]).values():
+        xs, ys = [float(r[x]) for r in group], [float(r[y]) for r in group]
+        rho = spearman(xs, ys)
+        outcomes.append(math.isfinite(rho) and sign * rho >= RANK_RHO)
+        firsts.append(ys[0])
+        lasts.append(ys[-1])
+    detail = f"mean {y} {mean_sd(firsts)[0]:.4f} -> {mean_sd(lasts)[0]:.4f}"
+    verdict = finding_verdict(outcomes, quick=config.quick, detail=detail)
+    return verdict_row(name, f"Spearman rho of {y} with {x}, per repeat", paper, verdict)
+
+
+def value_verdicts(
+    config: Any,
+    records: Records,
+    key: str,
+    column: str,
+    paper: Mapping[Any, str],
+    *,
+    label: Callable[[Any], str] = str,
+) -> list[dict[str, Any]]:
+    """Our repeats' ``column`` at each ``key`` value the paper gives a number for."""
+    out = []
+    for (value,), group in group_by(records, [key]).items():
+        text = paper.get(value)
+        if text is None:
+            continue
+        verdict = compare_values([r[column] for r in group], text, quick=config.quick)
+        out.append(verdict_row(f"{key} = {label(value)}", column, text, verdict))
+    return out

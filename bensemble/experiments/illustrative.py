@@ -13,8 +13,10 @@ epistemic uncertainty as variance") and does not say more. Two choices are left 
 * **clip** - whether the draws are clipped to [0, 1]. The sentence writes an unclipped normal.
 
 The default, :data:`DEFAULT_TRUST` = ``"reported"`` with :data:`DEFAULT_CLIP` = ``False``, is
-the one that sentence states; unclipped, the two trusts differ only by sampling noise, so the
-tables print both and the difference measures that noise. Clipped draws (the earlier
+the one that sentence states, and the same in every experiment (``bensemble reproduce EXPERIMENT
+--trust reported|draws --clip/--no-clip``; :class:`Convention`); every table and figure that
+scores an illustrative method names its convention in its caption, and the conventions tables
+print all four. Unclipped, the two trusts differ only by sampling noise. Clipped draws (the earlier
 ``reproduce`` behaviour) have a variance below ``EU`` wherever ``h +- sqrt(EU)`` leaves [0, 1];
 there the two trusts differ systematically.
 
@@ -27,21 +29,24 @@ TECE is conditioned on ``Psi = (h(x), EU(x))`` and computed exactly
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from bensemble._validation import as_confidences, as_labels, check_option, check_positive_int
 from bensemble.methods._illustrative import gaussian_members
-from bensemble.metrics import accuracy, calibration_error
+from bensemble.metrics import accuracy, assign_bins, calibration_error, fit_bins
 from bensemble.metrics._binning import bin_sums
-from bensemble.metrics._kmeans import assign_bins, fit_bins
 from bensemble.metrics.epistemic import illustrative_true_epistemic_calibration_error
 
 __all__ = [
+    "CONVENTIONS",
     "DEFAULT_CLIP",
     "DEFAULT_TRUST",
     "TRUST",
+    "Convention",
     "convention_label",
     "draws_eece",
     "illustrative_scores",
@@ -59,6 +64,41 @@ _ECE_BINS = 15
 def convention_label(trust: str, clip: bool) -> str:
     """Short label of a convention, e.g. ``"trust=EU, unclipped"``."""
     return f"trust={'EU' if trust == 'reported' else 'Var(draws)'}, {'' if clip else 'un'}clipped"
+
+
+@dataclass(frozen=True)
+class Convention:
+    """How an experiment scores the illustrative methods: ``trust`` and ``clip``.
+
+    Built from the ``bensemble reproduce`` options with :meth:`from_extra` (checked before
+    anything trains); :attr:`label` names it in table rows, :attr:`caption` in captions.
+    """
+
+    trust: str = DEFAULT_TRUST
+    clip: bool = DEFAULT_CLIP
+
+    def __post_init__(self) -> None:
+        check_option(self.trust, "trust", TRUST, "Convention")
+        _check_clip(self.clip, "Convention")
+
+    @classmethod
+    def from_extra(cls, extra: Mapping[str, Any], fn: str) -> Convention:
+        """``extra["trust"]`` / ``extra["clip"]`` (absent: the defaults), checked for ``fn``."""
+        trust = extra.get("trust", DEFAULT_TRUST)
+        check_option(trust, "trust", TRUST, fn)
+        return cls(trust, _check_clip(extra.get("clip", DEFAULT_CLIP), fn))
+
+    @property
+    def label(self) -> str:
+        """E.g. ``"trust=EU, unclipped"``."""
+        return convention_label(self.trust, self.clip)
+
+    @property
+    def caption(self) -> str:
+        """The convention in words, for table titles and figure captions."""
+        draws = "clipped to [0, 1]" if self.clip else "unclipped"
+        trust = "the reported EU" if self.trust == "reported" else "the variance of the draws"
+        return f"illustrative methods: phi ~ N(h, sqrt(EU)) draws {draws}, trust = {trust}"
 
 
 def _check_clip(clip: Any, fn: str) -> bool:
@@ -150,3 +190,15 @@ def illustrative_scores(
         )
         scores["gap"] = abs(scores["eece"] - scores["tece"])
     return scores
+
+
+#: Every convention, the default first.
+CONVENTIONS = tuple(
+    [Convention()]
+    + [
+        Convention(t, c)
+        for c in (False, True)
+        for t in TRUST
+        if (t, c) != (DEFAULT_TRUST, DEFAULT_CLIP)
+    ]
+)

@@ -1,8 +1,10 @@
-"""``bensemble reproduce EXPERIMENT``: the paper's experiments, one module each.
+"""``bensemble reproduce EXPERIMENT``: the command line of the paper's experiments.
 
-:data:`EXPERIMENTS` is the registry: name -> (module, description); :func:`runner` gives the
-module's ``run(options) -> ExperimentResult``. Modules are imported only when an experiment runs,
-so ``bensemble --help`` stays cheap. Every experiment prints its table(s) with
+Each experiment is declared as an :class:`~bensemble.experiments.runner.ExperimentSpec` and run
+by :func:`~bensemble.experiments.runner.run_spec`. :data:`EXPERIMENTS` is the registry: name ->
+(module, function, description); :func:`runner` gives the function ``run(options) ->
+ExperimentResult``. Modules are imported only when an experiment runs, so ``bensemble --help``
+stays cheap. Every experiment prints its table(s) with
 the paper's value beside ours and writes them, with its figures and ``summary.json`` (options,
 versions, files), to ``OUT/<experiment>/``: staged beside it and swapped in at the end, so the
 folder holds exactly one run's files (an earlier report is replaced only with ``--overwrite``).
@@ -16,6 +18,8 @@ import importlib
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from bensemble.experiments._common import DataDirError, DataUnavailableError
 
 if TYPE_CHECKING:  # the runners (torch, scikit-learn) load only when an experiment runs
     from bensemble.experiments._common import ExperimentResult, RunOptions
@@ -32,27 +36,20 @@ __all__ = [
 
 PROG = "bensemble reproduce"
 
-#: name -> (module, one-line description); each module defines ``run(options)``.
-EXPERIMENTS: dict[str, tuple[str, str]] = {
-    "toy": ("bensemble.experiments.toy", "nine methods on 10 toy points (fig. 2, 3a, 6)"),
-    "size": ("bensemble.experiments.size", "random-forest EECE vs training-set size (fig. 3b)"),
-    "noise": ("bensemble.experiments.noise", "random-forest EECE vs input corruption (fig. 3b)"),
-    "binning": ("bensemble.experiments.binning", "|EECE - TECE| vs number of bins (fig. 5)"),
-    "digits": ("bensemble.experiments.digits", "one-vs-all on scikit-learn digits (table 1)"),
-    "fashion": ("bensemble.experiments.fashion", "one-vs-all on Fashion-MNIST (table 1 protocol)"),
-    "mnist": ("bensemble.experiments.mnist", "table 1 on MNIST files (--data-dir)"),
-    "cifar10": ("bensemble.experiments.cifar", "table 2 on CIFAR-10 files (--data-dir)"),
-    "fig1": ("bensemble.experiments.fig1", "RF reliability diagrams + smooth curve (fig. 1)"),
-    "all": ("bensemble.experiments.all", "every offline experiment and one Markdown index"),
+_X = "bensemble.experiments."
+#: name -> (module, function, one-line description); the function is ``run(options)``.
+EXPERIMENTS: dict[str, tuple[str, str, str]] = {
+    "toy": (_X + "toy", "run", "nine methods on 10 toy points (fig. 2, 3a, 6)"),
+    "size": (_X + "size", "run", "random-forest EECE vs training-set size (fig. 3b)"),
+    "noise": (_X + "noise", "run", "random-forest EECE vs input corruption (fig. 3b)"),
+    "binning": (_X + "binning", "run", "|EECE - TECE| vs number of bins (fig. 5)"),
+    "digits": (_X + "digits", "run", "one-vs-all on scikit-learn digits (table 1)"),
+    "fashion": (_X + "vision", "run_fashion", "one-vs-all on Fashion-MNIST (table 1 protocol)"),
+    "mnist": (_X + "vision", "run_mnist", "table 1 on MNIST files (--data-dir)"),
+    "cifar10": (_X + "vision", "run_cifar10", "table 2 on CIFAR-10 files (--data-dir)"),
+    "fig1": (_X + "fig1", "run", "RF reliability diagrams + smooth curve (fig. 1)"),
+    "all": (_X + "all", "run", "every offline experiment and one Markdown index"),
 }
-
-
-class DataUnavailableError(RuntimeError):
-    """Raised by an experiment whose data files are missing; the message says how to get them."""
-
-
-class DataDirError(DataUnavailableError):
-    """``--data-dir`` is required and missing, or lacks a file: a usage error (exit status 2)."""
 
 
 def runner(name: str) -> Callable[[RunOptions], ExperimentResult]:
@@ -61,7 +58,8 @@ def runner(name: str) -> Callable[[RunOptions], ExperimentResult]:
         raise ValueError(
             f"reproduce: `name` must be one of {', '.join(EXPERIMENTS)} (got {name!r})"
         )
-    return importlib.import_module(EXPERIMENTS[name][0]).run
+    module, function, _ = EXPERIMENTS[name]
+    return getattr(importlib.import_module(module), function)
 
 
 def reproduce(name: str, options: RunOptions | None = None, **kwargs: Any) -> ExperimentResult:
@@ -92,7 +90,7 @@ def reproduce(name: str, options: RunOptions | None = None, **kwargs: Any) -> Ex
 
 def add_reproduce_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``reproduce`` sub-command on ``sub`` (from ``add_subparsers``)."""
-    listing = "; ".join(f"{k}: {d}" for k, (_, d) in EXPERIMENTS.items())
+    listing = "; ".join(f"{k}: {d}" for k, (_, _, d) in EXPERIMENTS.items())
     p = sub.add_parser(
         "reproduce",
         help="reproduce an experiment of the epistemic-calibration paper",
@@ -155,12 +153,12 @@ def add_reproduce_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPa
         help="all: run nothing; build OUT/index.md from the reports that earlier "
         "`bensemble reproduce NAME --out OUT` runs left in OUT",
     )
-    _add_toy_arguments(p)
+    _add_toy_and_convention_arguments(p)
     return p
 
 
-def _add_toy_arguments(p: argparse.ArgumentParser) -> None:
-    """toy: network training and the illustrative methods' scoring convention."""
+def _add_toy_and_convention_arguments(p: argparse.ArgumentParser) -> None:
+    """toy: network training; every experiment: the illustrative methods' scoring convention."""
     p.add_argument("--epochs", type=int, default=None, help="toy: epochs (default 1000)")
     p.add_argument("--lr", type=float, default=None, help="toy: Adam learning rate (1e-3)")
     p.add_argument(
@@ -170,17 +168,20 @@ def _add_toy_arguments(p: argparse.ArgumentParser) -> None:
         "--trust",
         choices=("reported", "draws"),
         default=None,
-        help="toy: illustrative methods' trust, the reported EU (default) or Var of the draws",
+        help="illustrative methods (toy, digits, fashion, mnist, cifar10, all; accepted by "
+        "size and noise, which score none): trust = the reported EU (default) or the variance "
+        "of the draws; every caption names the convention",
     )
     p.add_argument(
         "--clip",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="toy: clip the illustrative methods' Gaussian draws to [0, 1] (default: no)",
+        help="illustrative methods: clip the Gaussian draws to [0, 1] (default: no, as the "
+        "paper writes them)",
     )
 
 
-def _toy_extra(args: argparse.Namespace, extra: dict[str, Any]) -> None:
+def _toy_and_convention_extra(args: argparse.Namespace, extra: dict[str, Any]) -> None:
     for name in ("epochs", "lr", "batch_size", "trust", "clip"):
         if getattr(args, name, None) is not None:
             extra[name] = getattr(args, name)
@@ -221,7 +222,7 @@ def run_reproduce(args: argparse.Namespace) -> int:
         if args.experiment != "all":
             raise ValueError(f"{PROG}: --reuse applies to `all` only (got {args.experiment})")
         extra["reuse"] = True
-    _toy_extra(args, extra)
+    _toy_and_convention_extra(args, extra)
     options = RunOptions(
         seed=args.seed,
         repeats=args.repeats,
@@ -231,14 +232,6 @@ def run_reproduce(args: argparse.Namespace) -> int:
         extra=extra,
         overwrite=overwrite,
     )
-    if args.experiment == "toy":  # every toy option is checked before anything trains
-        from bensemble.experiments.toy import toy_config
-
-        try:
-            toy_config(options)
-        except ValueError as err:
-            print(f"{PROG}: error: {err}", file=sys.stderr)
-            return 2
     try:
         reproduce(args.experiment, options)
     except DataUnavailableError as err:

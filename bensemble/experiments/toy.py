@@ -8,83 +8,41 @@ Networks are trained **to convergence** by default: full batch, :data:`EPOCHS` A
 ``lr = 1e-3`` (the paper's 20 epochs of batch 32 are 20-40 steps on 10-50 points and leave the
 networks underfit). Every network's loss curve is recorded; the table shows the final training
 loss and its change over the last 10% of steps relative to the first step's loss
-(:meth:`~bensemble.methods.zoo.LossLog.flatness`), which must be below
-:data:`FLAT_TOLERANCE` for the loss to count as flat. The illustrative methods are scored under
-both trusts of :mod:`bensemble.experiments.illustrative` (default: trust = reported EU, draws
-unclipped, as the paper's sentence states), their TECE conditioned on ``(h(x), EU(x))``.
+(:meth:`~bensemble.methods.zoo.LossLog.flatness`), which must be below :data:`FLAT_TOLERANCE` for
+the loss to count as flat. The illustrative methods are scored under the run's convention
+(``--trust``, ``--clip``; default trust = reported EU, draws unclipped) in the main table and
+under all four in ``toy_conventions``, their TECE conditioned on ``(h(x), EU(x))``.
 
-Every method of :data:`~bensemble.methods.zoo.PAPER_ORDER` is scored on the grid: accuracy,
-ECE of the mean prediction,
-EECE (100 K-means bins) and, since ``eta`` is exact here, the TECE. The figures are the EU maps
-beside the true per-point error ``E_h[(eta(x) - h(x))^2]`` (figures 2 and 6) and the EECE per
-method (figure 3a). The paper gives figure 3a as a plot only, so its numbers are "n/a"; the
-"paper finding" column quotes what the text says about each method.
+Every method of :data:`~bensemble.methods.zoo.PAPER_ORDER` (and a forest that can split 10
+points) is scored on the grid: accuracy, ECE of the mean prediction, EECE (100 K-means bins) and,
+since ``eta`` is exact here, the TECE. The figures are the EU maps beside the true per-point error
+``E_h[(eta(x) - h(x))^2]`` (figures 2 and 6) and the EECE per method (figure 3a). The paper gives
+figure 3a as a plot only, so its findings are judged repeat by repeat
+(:mod:`bensemble.experiments.findings`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-
-import torch
+from typing import Any
 
 from bensemble.datasets import make_toy_gaussians, make_toy_grid
-from bensemble.experiments._common import (
-    EECE_BACKEND,
-    EECE_BINS,
-    NA,
-    ExperimentResult,
-    Printer,
-    RunOptions,
-    Stopwatch,
-    aggregate,
-    bar_figure,
-    binary_scores,
-    columns_of,
-    finish,
-    progress_bar,
-    repeat_seeds,
-    single_thread,
-    zoo_settings,
-)
-from bensemble.experiments.illustrative import (
-    DEFAULT_CLIP,
-    DEFAULT_TRUST,
-    TRUST,
-    convention_label,
-    illustrative_scores,
-)
-from bensemble.methods import RandomForestMembers
-from bensemble.methods.zoo import (
-    ACTIVE_METHODS,
-    ILLUSTRATIVE_METHODS,
-    PAPER_ORDER,
-    LossLog,
-    illustrative_outputs,
-    member_probs,
-)
+from bensemble.experiments._common import NA, RunOptions, zoo_settings
+from bensemble.experiments._plotting import bar_figure
+from bensemble.experiments._scores import EECE_BINS, MEMBERS, score_method
+from bensemble.experiments.findings import toy_findings
+from bensemble.experiments.illustrative import CONVENTIONS, Convention
+from bensemble.experiments.paper_values import paper_section
+from bensemble.experiments.runner import ExperimentConfig, ExperimentSpec, Table, by, run_spec
+from bensemble.methods.zoo import ILLUSTRATIVE_METHODS, PAPER_ORDER, LossLog, ZooSettings
 
-__all__ = [
-    "DEFAULT_REPEATS",
-    "EPOCHS",
-    "FLAT_TOLERANCE",
-    "METHODS",
-    "N_TRAIN",
-    "PAPER_FINDING",
-    "SPLITTING_FOREST",
-    "ToyConfig",
-    "findings",
-    "run",
-    "toy_config",
-]
+__all__ = ["EPOCHS", "FLAT_TOLERANCE", "METHODS", "SPEC", "ToyConfig", "run", "toy_config"]
 
-#: Independent repeats by default (mean ± sd); about 15 minutes on 2 busy CPU cores (measured:
-#: 907 s at 10 points, 935 s at 50, with converged networks).
+#: Independent repeats by default (mean ± sd); 21-33 minutes on 2 busy CPU cores.
 DEFAULT_REPEATS = 5
-
-#: Training points (appendix B.1.2).
+#: Training points (appendix B.1.2); the smallest is the Likelihood's 10 neighbours.
 N_TRAIN = 10
-#: Smallest ``n_train``: the Likelihood method's 10 neighbours.
 MIN_N_TRAIN = 10
 #: Full-batch Adam steps by default (``--quick``: :data:`QUICK_EPOCHS`).
 EPOCHS = 1000
@@ -93,47 +51,36 @@ LR = 1e-3
 #: A loss curve is flat when its change over the last 10% of steps, relative to the first
 #: step's loss, is below this.
 FLAT_TOLERANCE = 1e-3
-#: The paper's toy findings are judged with these tolerances (see :func:`findings`).
-BLR_TECE_TOLERANCE = 0.01
-GRID_SIDE = 100
-QUICK_GRID_SIDE = 20
-QUICK_BINS = 20
+GRID_SIDE, QUICK_GRID_SIDE, QUICK_BINS = 100, 20, 20
 #: With --quick only these methods get EU maps (a 20-panel figure takes seconds to lay out).
 QUICK_MAP_METHODS = ("Centroids", "Deep Ensemble")
-
-#: What sections 4.1 and appendix B say about each method on the toy data.
-PAPER_FINDING = {
-    "Centroids": "miscalibrated (illustrative; fig. 2a)",
-    "DropConnect": "well calibrated (fig. 3a)",
-    "Bayesian Log. Reg.": "almost perfectly calibrated (fig. 6a)",
-    "Likelihood": "miscalibrated (illustrative)",
-    "EK-NN": "miscalibrated (illustrative)",
-    "Random Forest": "worst active method (fig. 3a, 6b)",
-    "MC-Dropout": "well calibrated (fig. 3a)",
-    "Deep Ensemble": "well calibrated (fig. 2b, 3a)",
-    "Bayesian Deep": "well calibrated (fig. 3a)",
-}
 #: Not in the paper: a forest that can split 10 points (``min_samples_leaf = 1``). The paper's
-#: (``min_samples_leaf = 5``) cannot: with 10 points every tree is one leaf, so its members are
-#: constant and its EECE only reflects the class balance of the training sample.
+#: (``min_samples_leaf = 5``) cannot: with 10 points every tree is one leaf.
 SPLITTING_FOREST = "Random Forest (leaf 1)"
-PAPER_FINDING[SPLITTING_FOREST] = "not in the paper (a forest that can split)"
 #: The rows of the table: the paper's nine methods, then the splitting forest.
 METHODS = (*PAPER_ORDER, SPLITTING_FOREST)
 VALUES = ("accuracy", "ece", "eece", "tece", "gap", "train loss", "loss change")
-MEMBERS = "members"
 
 
 @dataclass(frozen=True)
-class ToyConfig:
-    """The toy options, validated: training size, network training, illustrative convention."""
+class ToyConfig(ExperimentConfig):
+    """The toy's options, validated: training size, network training, grid and bins."""
 
     n_train: int
     epochs: int
     lr: float
     batch_size: int | None
-    trust: str
-    clip: bool
+    settings: ZooSettings
+    side: int
+    n_bins: int
+
+    def header(self) -> str:
+        batch = "full batch" if self.batch_size is None else f"batch {self.batch_size}"
+        return (
+            f"{self.n_train} training points, {self.side}x{self.side} test grid on [-8, 8]^2, "
+            f"the nine methods (+ a forest with min_samples_leaf=1), networks {self.epochs} "
+            f"epochs ({batch}, Adam lr {self.lr:g}), EECE with {self.n_bins} K-means bins"
+        )
 
 
 def _int_option(extra, name: str, default, low: int):
@@ -152,224 +99,137 @@ def toy_config(options: RunOptions) -> ToyConfig:
     ``lr`` (> 0, default 1e-3), ``batch_size`` (>= 1; default None = full batch), ``trust``
     (``"reported"`` or ``"draws"``) and ``clip`` (bool) for the illustrative methods.
     """
-    extra = options.extra
+    extra, quick = options.extra, options.quick
     n_train = _int_option(extra, "n_train", N_TRAIN, MIN_N_TRAIN)
-    epochs = _int_option(extra, "epochs", QUICK_EPOCHS if options.quick else EPOCHS, 1)
+    epochs = _int_option(extra, "epochs", QUICK_EPOCHS if quick else EPOCHS, 1)
     batch_size = _int_option(extra, "batch_size", None, 1)
     lr = extra.get("lr", LR)
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (0 < lr < math.inf):
         raise ValueError(f"reproduce toy: `lr` must be a finite number > 0 (got {lr!r})")
-    trust = extra.get("trust", DEFAULT_TRUST)
-    if trust not in TRUST:
-        raise ValueError(f"reproduce toy: `trust` must be one of {TRUST} (got {trust!r})")
-    clip = extra.get("clip", DEFAULT_CLIP)
-    if not isinstance(clip, bool):
-        raise ValueError(f"reproduce toy: `clip` must be True or False (got {clip!r})")
-    return ToyConfig(n_train, epochs, float(lr), batch_size, trust, clip)
-
-
-def run(options: RunOptions) -> ExperimentResult:
-    """Run the toy experiment; print and write its table and figures."""
-    config = toy_config(options)  # every option is checked before anything trains
-    watch, printer = Stopwatch(), Printer()
-    quick = options.quick
-    settings = replace(
-        zoo_settings(quick), epochs=config.epochs, lr=config.lr, batch_size=config.batch_size
-    )
+    convention = Convention.from_extra(extra, "reproduce toy")
+    settings = replace(zoo_settings(quick), epochs=epochs, lr=float(lr), batch_size=batch_size)
     side = QUICK_GRID_SIDE if quick else GRID_SIDE
     n_bins = QUICK_BINS if quick else EECE_BINS
-    repeats = options.n_repeats(DEFAULT_REPEATS)
-    report = options.report("toy")
-    batch = "full batch" if config.batch_size is None else f"batch {config.batch_size}"
-    printer(
-        f"toy: {config.n_train} training points, {side}x{side} test grid on [-8, 8]^2, the nine "
-        f"methods (+ a forest with min_samples_leaf=1), networks {config.epochs} epochs "
-        f"({batch}, Adam lr {config.lr:g}), EECE with {n_bins} K-means bins "
-        f"({EECE_BACKEND}), {repeats} repeat(s), seed {options.seed}"
-        f"{' (quick settings)' if quick else ''}; illustrative methods scored with "
-        f"{convention_label(config.trust, config.clip)} (default) and the other trust"
+    return ToyConfig(
+        quick, convention, n_train, epochs, float(lr), batch_size, settings, side, n_bins
     )
-    records, notes = [], []
-    maps: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # method -> (EU, squared error)
-    first = None
-    jobs = [(s, m) for s in repeat_seeds(options.seed, repeats) for m in METHODS]
-    trusts = (config.trust, *(t for t in TRUST if t != config.trust))
-    with single_thread():
-        for seed, method in progress_bar(jobs, desc="toy", enabled=options.progress):
-            train = make_toy_gaussians(config.n_train, seed=seed)
-            grid = make_toy_grid(side, seed=seed + 10_000)
-            base = {"paper EECE": NA, "paper finding": PAPER_FINDING[method]}
-            if method in ILLUSTRATIVE_METHODS:
-                h, eu, note = illustrative_outputs(method, train.x, train.y, grid.x)
-                for trust in trusts:
-                    scores = illustrative_scores(
-                        h,
-                        eu,
-                        grid.y,
-                        eta=grid.eta,
-                        trust=trust,
-                        clip=config.clip,
-                        n_members=settings.n_samples,
-                        n_bins=n_bins,
-                        seed=seed,
-                    )
-                    label = convention_label(trust, config.clip)
-                    records.append(
-                        {
-                            "method": method,
-                            "group": "illustrative",
-                            "convention": label,
-                            **scores,
-                            "train loss": None,
-                            "loss change": None,
-                            **base,
-                        }
-                    )
-                p, eu_map = None, eu
-            else:
-                curves: list[list[float]] = []
-                if method == SPLITTING_FOREST:
-                    forest = RandomForestMembers(
-                        n_estimators=settings.n_trees, min_samples_leaf=1, random_state=seed
-                    ).fit(train.x, train.y)
-                    probs, note = forest.sample_members(grid.x), None
-                else:
-                    probs = member_probs(
-                        method,
-                        train.x,
-                        train.y,
-                        grid.x,
-                        settings=settings,
-                        seed=seed,
-                        training_log=curves,
-                    )
-                    note = None
-                p = probs[..., 1]
-                scores = binary_scores(p, grid.y, eta=grid.eta, n_bins=n_bins, seed=seed)
-                flat = [LossLog.flatness(c) for c in curves]
-                records.append(
-                    {
-                        "method": method,
-                        "group": "active",
-                        "convention": MEMBERS,
-                        **scores,
-                        "train loss": max((f[0] for f in flat), default=None),
-                        "loss change": max((f[1] for f in flat), default=None),
-                        **base,
-                    }
-                )
-                eu_map = p.var(dim=0, unbiased=False)
-            if note and note not in notes:
-                notes.append(note)
-            if seed == options.seed and (not quick or method in QUICK_MAP_METHODS):
-                first = (train, grid)
-                if p is None:  # the illustrative method's own draws, default convention
-                    g = torch.Generator().manual_seed(seed)
-                    from bensemble.methods import gaussian_members
 
-                    p = gaussian_members(h, eu, settings.n_samples, clip=config.clip, generator=g)[
-                        ..., 1
-                    ]
-                maps[method] = (eu_map, ((grid.eta[None, :] - p) ** 2).mean(dim=0))
-    every = aggregate(records, ["method", "convention"], VALUES)
-    default_label = convention_label(config.trust, config.clip)
-    rows = [r for r in every if r["convention"] in (MEMBERS, default_label)]
-    both = [r for r in every if r["group"] == "illustrative"]
-    title = "toy: EECE per method (paper figure 3a gives no numbers in the text)"
-    printer.table(rows, title)
-    conv_title = "toy: the illustrative methods under both trusts (the scoring convention)"
-    printer.table(both, conv_title)
-    verdicts = findings(rows, default_label)
-    printer.table(verdicts, "toy: the paper's findings (illustrative rows: the default convention)")
-    for note in notes:
-        printer(f"note: {note}")
-    printer(
+
+def _prepare(config: ToyConfig, seed: int) -> dict[str, Any]:
+    train = make_toy_gaussians(config.n_train, seed=seed)
+    return {"train": train, "grid": make_toy_grid(config.side, seed=seed + 10_000), "maps": {}}
+
+
+def _measure(config: ToyConfig, context: dict, method: str, seed: int) -> list[dict[str, Any]]:
+    train, grid = context["train"], context["grid"]
+    settings, curves = config.settings, []
+    name = method
+    if method == SPLITTING_FOREST:
+        method, settings = "Random Forest", replace(settings, min_samples_leaf=1)
+    conventions = (config.convention, *(c for c in CONVENTIONS if c != config.convention))
+    result = score_method(
+        method, (train.x, train.y), (grid.x, grid.y), settings=settings, eta=grid.eta,
+        conventions=conventions, n_bins=config.n_bins, seed=seed, training_log=curves,
+    )  # fmt: skip
+    if not config.quick or name in QUICK_MAP_METHODS:  # the figure draws the first repeat's
+        error = ((grid.eta[None, :] - result.members) ** 2).mean(dim=0)
+        context["maps"][name] = (result.eu, error)
+    flat = [LossLog.flatness(c) for c in curves]
+    loss = {
+        "train loss": max((f[0] for f in flat), default=None),
+        "loss change": max((f[1] for f in flat), default=None),
+    }
+    return [{"method": name, **r, **loss, "note": result.note} for r in result.records]
+
+
+def _paper(row: dict, config: ToyConfig) -> dict[str, Any]:
+    said = paper_section("toy")["methods"].get(
+        row["method"], "not in the paper (a forest that can split)"
+    )
+    return {"paper EECE": NA, "paper finding": said}
+
+
+def _is_main(config: ToyConfig):
+    return lambda r: r["convention"] in (MEMBERS, config.convention.label)
+
+
+def _main_table(records, config: ToyConfig) -> list[dict[str, Any]]:
+    keys = ("method", "group", "convention")
+    return by(keys, VALUES, where=_is_main(config), paper=_paper)(records, config)
+
+
+TABLES = (
+    Table("toy", "EECE per method (paper figure 3a gives no numbers)", _main_table),
+    Table(
+        "toy_conventions",
+        "the illustrative methods under every convention (trust x clip)",
+        by(
+            ("method", "convention"),
+            ("mean EU", "eece", "tece", "gap"),
+            where=lambda r: r["group"] == "illustrative",
+        ),
+    ),  # fmt: skip
+)
+
+
+def _notes(config: ToyConfig) -> list[str]:
+    return [
         "gap = |EECE - TECE|. TECE conditions on Psi: the member vector for member methods, "
         "(h(x), EU(x)) for the illustrative ones (exact). 'loss change' = |mean loss over the "
         "last 10% of steps - the previous 10%| / first-step loss (max over the method's "
         f"networks; flat when < {FLAT_TOLERANCE:g}). The paper's forest (min_samples_leaf=5) "
-        "cannot split 10 points: its trees are single leaves. With 10 training points the "
-        "Likelihood method's 10 neighbours are the whole training set (constant prediction)."
-    )
-    report.add_table("toy", rows, title=title)
-    report.add_table("toy_conventions", both, title=conv_title)
-    report.add_table("toy_findings", verdicts, title="toy: the paper's findings")
-    _figures(report, rows, maps, first, dpi=50 if quick else 120)
-    tables = {"toy": rows, "toy_conventions": both, "toy_findings": verdicts}
-    return finish("toy", report, tables, watch, printer, options)
-
-
-def findings(rows, default_label: str) -> list[dict]:
-    """The paper's three toy findings, judged on the mean EECE / TECE of ``rows``.
-
-    * illustrative worst: every illustrative method (default convention) has a higher mean EECE
-      than every active method of the paper;
-    * RF worst active: the paper's Random Forest has the highest mean EECE of the six active
-      methods;
-    * BLR near perfect: Bayesian logistic regression's mean TECE is below
-      :data:`BLR_TECE_TOLERANCE`.
-    """
-    eece = {
-        r["method"]: r["eece"]
-        for r in rows
-        if r["method"] in PAPER_ORDER and r["convention"] in (MEMBERS, default_label)
-    }
-    tece = {r["method"]: r.get("tece") for r in rows if r["convention"] == MEMBERS}
-    active = {m: eece[m] for m in ACTIVE_METHODS}
-    illus = {m: eece[m] for m in ILLUSTRATIVE_METHODS}
-    worst_active = max(active, key=active.get)
-    best_illus = min(illus, key=illus.get)
-    blr = tece.get("Bayesian Log. Reg.")
-    out = [
-        {
-            "finding": "illustrative methods worst",
-            "ours": f"best illustrative {best_illus} {illus[best_illus]:.4f} vs worst active "
-            f"{worst_active} {active[worst_active]:.4f}",
-            "verdict": "holds" if illus[best_illus] > active[worst_active] else "differs",
-        },
-        {
-            "finding": "Random Forest worst active",
-            "ours": f"worst active {worst_active} {active[worst_active]:.4f}",
-            "verdict": "holds" if worst_active == "Random Forest" else "differs",
-        },
-        {
-            "finding": f"BLR near perfect (TECE < {BLR_TECE_TOLERANCE:g})",
-            "ours": f"TECE {blr:.4f}, EECE {eece['Bayesian Log. Reg.']:.4f}",
-            "verdict": "holds" if blr is not None and blr < BLR_TECE_TOLERANCE else "differs",
-        },
+        "cannot split 10 points: its trees are single leaves."
     ]
-    return out
 
 
-def _figures(report, rows, maps, first, dpi: int) -> None:
-    """``toy_eu_maps``: per method, its EU map beside its members' squared error on one shared
-    colour scale (figures 2 and 6; for the illustrative methods the EU is the one they report,
-    fig. 2(a)); ``toy_eece``: EECE and TECE per method (figure 3a)."""
+def _figures(report, tables, config: ToyConfig, first: dict) -> None:
+    """``toy_eu_maps``: per method its EU map beside its members' squared error on one colour
+    scale from 0 (figures 2 and 6; illustrative methods: the EU they report, fig. 2(a), and the
+    draws of the run's convention); ``toy_eece``: EECE and TECE per method (figure 3a)."""
     from bensemble.plots import plot_toy_maps, toy_map_pairs
 
-    train, grid = first
+    dpi = 50 if config.quick else 120
+    maps = first["maps"]
     panels, pairs = toy_map_pairs(
         {m: eu for m, (eu, _) in maps.items()},
         {m: err for m, (_, err) in maps.items()},
         reported=[m for m in maps if m in ILLUSTRATIVE_METHODS],
     )
+    train, grid = first["train"], first["grid"]
     fig = plot_toy_maps(
         grid.x, panels, groups=pairs, ncols=6, points=train.x, point_labels=train.y,
         panel_size=3.2,
     )  # fmt: skip
+    fig.suptitle(f"first repeat; {config.convention.caption}", fontsize=9)
     report.add_figure("toy_eu_maps", fig, dpi=dpi)
-    methods = columns_of(rows, "method")
-    bars = {
-        "EECE": (
-            columns_of(rows, "eece"),
-            columns_of(rows, "eece sd") if "eece sd" in rows[0] else None,
-        ),
-        "TECE": (
-            columns_of(rows, "tece"),
-            columns_of(rows, "tece sd") if "tece sd" in rows[0] else None,
-        ),
-    }
+    rows = tables["toy"]
     fig = bar_figure(
-        methods, bars, ylabel="epistemic calibration error", title="toy: EECE and TECE per method"
-    )
+        [r["method"] for r in rows],
+        {q.upper(): ([r[q] for r in rows], [r.get(f"{q} sd") for r in rows])
+         for q in ("eece", "tece")},
+        ylabel="epistemic calibration error",
+        title="toy: EECE and TECE per method (mean ± sd over repeats)",
+        caption=config.convention.caption,
+    )  # fmt: skip
     report.add_figure("toy_eece", fig, dpi=dpi)
+
+
+SPEC = ExperimentSpec(
+    name="toy",
+    description="nine methods on 10 toy points (fig. 2, 3a, 6)",
+    configure=toy_config,
+    conditions=lambda config: METHODS,
+    prepare=_prepare,
+    measure=_measure,
+    tables=TABLES,
+    verdicts=toy_findings,
+    figures=_figures,
+    notes=_notes,
+    default_repeats=DEFAULT_REPEATS,
+    illustrative=True,
+)
+
+
+def run(options: RunOptions):
+    """Run the toy experiment; print and write its tables, verdicts and figures."""
+    return run_spec(SPEC, options)

@@ -26,8 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
+from bensemble.integrations._meter_metric import MeterMetric
 from bensemble.metrics.streaming import (
     BrierMeter,
     CalibrationErrorMeter,
@@ -35,14 +34,6 @@ from bensemble.metrics.streaming import (
     NLLMeter,
 )
 from bensemble.metrics.streaming_epistemic import EECEMeter
-
-try:
-    from torchmetrics import Metric as _Base
-
-    _MISSING = None
-except ImportError as exc:  # pragma: no cover - exercised by the missing-package test
-    _Base = object
-    _MISSING = exc
 
 __all__ = [
     "ExpectedCalibrationError",
@@ -53,41 +44,7 @@ __all__ = [
 ]
 
 
-class _MeterMetric(_Base):
-    """A ``torchmetrics.Metric`` whose states are a streaming meter's float64 sums."""
-
-    full_state_update = False
-    is_differentiable = False
-    higher_is_better = False
-
-    def __init__(self, meter: Any, **kwargs: Any) -> None:
-        if _MISSING is not None:
-            raise ImportError(
-                f"{type(self).__name__}: needs the optional torchmetrics package "
-                "(pip install torchmetrics); it is not installed. Without it, use the meters of "
-                "bensemble.metrics.streaming with bensemble.integrations.sync_"
-            ) from _MISSING
-        super().__init__(**kwargs)
-        self._meter = meter
-        self._names = tuple(meter.state)
-        for name, value in meter.state.items():
-            self.add_state(name, default=value.clone(), dist_reduce_fx="sum")
-
-    def update(self, *batch: Any, **options: Any) -> None:
-        """Add one batch (arguments as the meter's ``update``)."""
-        for name, value in self._meter._stats(*batch, **options).items():
-            current = getattr(self, name)
-            setattr(self, name, current + value.to(device=current.device, dtype=current.dtype))
-
-    def compute(self) -> torch.Tensor:
-        """The metric over everything seen (on every rank after a sync), as a 0-d tensor."""
-        state = {name: getattr(self, name) for name in self._names}
-        if int(self._meter._count(state)) == 0:
-            raise ValueError(f"{type(self).__name__}: no data yet (got no batch) - call update()")
-        return torch.tensor(self._meter._value(state), dtype=torch.float64)
-
-
-class ExpectedCalibrationError(_MeterMetric):
+class ExpectedCalibrationError(MeterMetric):
     """Top-label calibration error (:class:`~bensemble.metrics.streaming.CalibrationErrorMeter`);
     ``update(probs [B, K], targets [B])``."""
 
@@ -104,7 +61,7 @@ class ExpectedCalibrationError(_MeterMetric):
         super().__init__(meter, **kwargs)
 
 
-class ClasswiseCalibrationError(_MeterMetric):
+class ClasswiseCalibrationError(MeterMetric):
     """Classwise calibration error
     (:class:`~bensemble.metrics.streaming.ClasswiseCalibrationErrorMeter`)."""
 
@@ -121,32 +78,93 @@ class ClasswiseCalibrationError(_MeterMetric):
         super().__init__(meter, **kwargs)
 
 
-class NegativeLogLikelihood(_MeterMetric):
+class NegativeLogLikelihood(MeterMetric):
     """Mean NLL (:class:`~bensemble.metrics.streaming.NLLMeter`)."""
 
     def __init__(self, eps: float = 1e-8, *, from_logits: bool = False, **kwargs: Any) -> None:
         super().__init__(NLLMeter(eps, from_logits=from_logits), **kwargs)
 
 
-class BrierScore(_MeterMetric):
+class BrierScore(MeterMetric):
     """Multi-class Brier score (:class:`~bensemble.metrics.streaming.BrierMeter`)."""
 
     def __init__(self, *, from_logits: bool = False, **kwargs: Any) -> None:
         super().__init__(BrierMeter(from_logits=from_logits), **kwargs)
 
 
-class ExpectedEpistemicCalibrationError(_MeterMetric):
-    """EECE with fixed centroids (:class:`~bensemble.metrics.streaming_epistemic.EECEMeter`);
-    ``update(member_probs [H, B, K], labels [B])``."""
+class ExpectedEpistemicCalibrationError(MeterMetric):
+    """EECE over fixed K-means bins
+    (:class:`~bensemble.metrics.streaming_epistemic.EECEMeter`);
+    ``update(member_probs [H, B, K], labels [B])``.
+
+    The bins must exist before the first ``update``: build the metric with :meth:`from_sample`
+    (K-means fitted on a sample - a calibration split, or the first validation batches), or
+    pass centroids fitted by :func:`bensemble.metrics.fit_bins` (one ``[M, H]`` set per class,
+    on ``member_probs[:, :, k].T``). A metric cannot fit them in a first pass of its own: its
+    states are per-bin sums, which only add up across batches and DDP ranks once every batch
+    and rank uses the same bins, and fitting them from the data it sees would mean keeping
+    every sample (``O(N)`` state, gathered - not summed - across ranks) and a second pass over
+    the data, which neither Lightning's validation loop nor a DDP sync provides. Ranks that
+    were built with different centroids are refused at ``compute`` (``ValueError``).
+
+    Args:
+        centroids: ``[K, M, H]`` or a list of ``K`` ``[M_k, H]`` centroid sets ("classwise"),
+            one ``[M, H]`` set for "top_label" / ``binary=True`` (or shared by every class,
+            with ``num_classes``).
+        multiclass, num_classes, binary: as :class:`~bensemble.metrics.EECEMeter`.
+        kwargs: ``torchmetrics.Metric`` options (``sync_on_compute``, ``process_group``, ...).
+
+    Example:
+        >>> import torch
+        >>> g = torch.Generator().manual_seed(0)
+        >>> sample = torch.softmax(torch.randn(4, 500, 3, generator=g), -1)  # [H, N, K]
+        >>> metric = ExpectedEpistemicCalibrationError.from_sample(sample, n_bins=8)
+        >>> metric.update(sample[:, :200], torch.randint(0, 3, (200,), generator=g))
+        >>> float(metric.compute()) >= 0
+        True
+    """
 
     def __init__(
         self,
-        centroids: Any,
+        centroids: Any = None,
         multiclass: str = "classwise",
         num_classes: int | None = None,
         *,
         binary: bool = False,
         **kwargs: Any,
     ) -> None:
+        if centroids is None:
+            raise ValueError(
+                "ExpectedEpistemicCalibrationError: `centroids` must be the fitted K-means "
+                "bins (got None) - build the metric with ExpectedEpistemicCalibrationError"
+                ".from_sample(member_probs, n_bins) on a sample of member predictions [H, N, K] "
+                "(a calibration split or the first validation batches), or fit them with "
+                "bensemble.metrics.fit_bins(member_probs[:, :, k].T, n_bins) per class; "
+                "see docs/api/integrations.md"
+            )
         meter = EECEMeter(centroids, multiclass, num_classes, binary=binary)
         super().__init__(meter, **kwargs)
+
+    @classmethod
+    def from_sample(
+        cls,
+        member_probs: Any,
+        n_bins: int | str = "auto",
+        *,
+        multiclass: str = "classwise",
+        binary: bool = False,
+        seed: int = 0,
+        **kwargs: Any,
+    ) -> ExpectedEpistemicCalibrationError:
+        """A metric whose bins are fitted on ``member_probs`` (see
+        :meth:`bensemble.metrics.EECEMeter.from_sample` for the fit and its arguments;
+        ``kwargs`` go to ``torchmetrics.Metric``).
+
+        Under DDP / Lightning call it on every rank with the same sample and ``seed`` (e.g. in
+        ``setup()``, from the same calibration split): the fit is deterministic, so every
+        rank holds the same bins; a rank that does not is refused at ``compute``.
+        """
+        meter = EECEMeter.from_sample(
+            member_probs, n_bins, multiclass=multiclass, binary=binary, seed=seed
+        )
+        return cls(meter.centroids, multiclass, binary=binary, **kwargs)

@@ -33,11 +33,12 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bensemble._validation import check_positive
+from bensemble._validation import check_allocation, check_positive, check_probability
 
 __all__ = ["StochasticLayer", "BaseBayesianLayer", "bernoulli_mask"]
 
@@ -52,8 +53,10 @@ def bernoulli_mask(
 ) -> torch.Tensor:
     """A 0/1 mask with ``P(1) = keep_prob``, drawn from ``generator`` when one is given.
 
-    The draw happens on the generator's device (so a CPU generator also serves a CUDA model) and
-    the mask is then moved to ``device``.
+    The draw happens on the generator's device (so a CPU generator also serves a CUDA model),
+    always in float32, and the mask is then moved to ``device`` and cast to ``dtype``: the same
+    generator gives the same mask for every ``dtype``, so a member of an ensemble stays the same
+    function when the model is converted with ``.double()`` or ``.half()``.
 
     Args:
         shape: shape of the mask.
@@ -65,9 +68,34 @@ def bernoulli_mask(
     Returns:
         Tensor of ``shape`` holding 0.0 and 1.0.
     """
+    fn = "bernoulli_mask"
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        dims = None
+    if dims is None or not all(
+        isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in dims
+    ):
+        raise ValueError(f"{fn}: `shape` must be a sequence of integers >= 0 (got {shape!r})")
+    keep_prob = check_probability(keep_prob, "keep_prob", fn, open_interval=False)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"{fn}: `dtype` must be a floating torch.dtype (got {dtype!r})")
+    check_allocation(fn, "shape", math.prod(dims), itemsize=4 + dtype.itemsize)
+    return draw_mask(dims, keep_prob, device=device, dtype=dtype, generator=generator)
+
+
+def draw_mask(
+    shape: tuple[int, ...] | torch.Size,
+    keep_prob: float,
+    *,
+    device: torch.device | str | None,
+    dtype: torch.dtype,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """:func:`bernoulli_mask` without its argument checks, for the layers' inner loops (their
+    shapes come from tensors that exist, their probabilities were checked at construction)."""
     draw_device = generator.device if generator is not None else device
-    draw_dtype = dtype if dtype in (torch.float32, torch.float64) else torch.float32
-    mask = torch.empty(tuple(shape), device=draw_device, dtype=draw_dtype)
+    mask = torch.empty(shape, device=draw_device, dtype=torch.float32)
     mask.bernoulli_(keep_prob, generator=generator)
     return mask.to(device=device if device is not None else mask.device, dtype=dtype)
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bensemble._validation import check_positive, check_positive_int
+from bensemble._validation import check_allocation, check_positive, check_positive_int
 from bensemble.layers.gaussian import MeanFieldGaussianLayer
 
 __all__ = ["BayesianConv2d"]
@@ -84,6 +86,15 @@ class BayesianConv2d(MeanFieldGaussianLayer):
         self.init_sigma = check_positive(init_sigma, "init_sigma", fn)
 
         shape = (self.out_channels, self.in_channels // self.groups, *self.kernel_size)
+        per_channel = 2 * (math.prod(shape[1:]) + 1)  # mu and rho of the kernel and bias
+        check_allocation(
+            fn,
+            "out_channels",
+            self.out_channels,
+            per_count=per_channel,
+            itemsize=4,
+            others="in_channels, kernel_size",
+        )
         self._create_parameters(shape, self.out_channels)
         self.reset_parameters()
 
@@ -93,7 +104,7 @@ class BayesianConv2d(MeanFieldGaussianLayer):
             nn.init.kaiming_normal_(self.w_mu, mode="fan_in", nonlinearity="relu")
         self._reset_sigmas()
 
-    def _apply(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    def _weight_op(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         return F.conv2d(x, weight, bias, self.stride, self.padding, self.dilation, self.groups)
 
     def extra_repr(self) -> str:

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bensemble._validation import check_positive_int
-from bensemble.layers.base import StochasticLayer, bernoulli_mask
+from bensemble._validation import check_allocation, check_positive_int
+from bensemble.layers.base import StochasticLayer, draw_mask
 
 __all__ = ["DropConnectLinear"]
 
@@ -60,6 +60,15 @@ class DropConnectLinear(StochasticLayer):
         fn = "DropConnectLinear"
         self.in_features = check_positive_int(in_features, "in_features", fn)
         self.out_features = check_positive_int(out_features, "out_features", fn)
+        # what __init__ allocates: the weight and the bias (float32)
+        check_allocation(
+            fn,
+            "out_features",
+            self.out_features,
+            per_count=self.in_features + 1,
+            itemsize=4,
+            others="in_features",
+        )
         self.p = _check_drop_probability(p, fn)
         self.weight = nn.Parameter(torch.empty(self.out_features, self.in_features))
         self.bias = nn.Parameter(torch.empty(self.out_features)) if bias else None
@@ -94,9 +103,7 @@ class DropConnectLinear(StochasticLayer):
 
     def _mask(self, generator: torch.Generator | None) -> torch.Tensor:
         w = self.weight
-        return bernoulli_mask(
-            w.shape, 1.0 - self.p, device=w.device, dtype=w.dtype, generator=generator
-        )
+        return draw_mask(w.shape, 1.0 - self.p, device=w.device, dtype=w.dtype, generator=generator)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.sampling or self.p == 0.0:

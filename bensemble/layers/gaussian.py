@@ -1,21 +1,23 @@
 """Mean-field Gaussian weight layers: the sampling machinery shared by the Bayesian layers.
 
 A subclass holds ``w_mu``/``w_rho`` and ``b_mu``/``b_rho`` (``q = N(mu, softplus(rho)^2)``) and
-implements one operation, :meth:`MeanFieldGaussianLayer._apply` (``F.linear``, ``F.conv2d``,
+implements one operation, :meth:`MeanFieldGaussianLayer._weight_op` (``F.linear``, ``F.conv2d``,
 ...), which must be linear in ``x`` and in its weights. The forward pass is then:
 
-* not sampling (eval mode): ``_apply(x, w_mu, b_mu)``;
+* not sampling (eval mode): ``_weight_op(x, w_mu, b_mu)``;
 * an ensemble's ``force_sample`` or a ``sample_generator``: **one** weight draw per pass,
   shared by every row, so a pass is one coherent network (reproducible given the generator);
 * plain train mode: the local reparameterisation trick (Kingma et al., 2015),
-  ``mean + eps * sqrt(_apply(x^2, sigma_w^2, sigma_b^2))`` with independent ``eps`` per output.
+  ``mean + eps * sqrt(_weight_op(x^2, sigma_w^2, sigma_b^2))`` with independent ``eps`` per output.
 
 Pruning (Graves 2011): :meth:`MeanFieldGaussianLayer.apply_pruning` removes the weights whose
 signal-to-noise ratio ``|mu| / sigma`` is at most a threshold. A removed weight is exactly 0 in
 every forward pass (its mean and standard deviation are masked, so further training cannot
 revive it) and is *excluded* from :meth:`~MeanFieldGaussianLayer.kl_divergence` (a point mass at 0
 is no longer a Gaussian; bensemble 0.2 kept it and its KL became infinite) and from the SNR (its
-SNR is reported as 0, so it stays pruned). The masks are non-persistent buffers ``<name>_mask``.
+SNR is reported as 0, so it stays pruned). The masks are buffers ``<name>_mask``, saved in the
+``state_dict``: loading a pruned layer's state into a fresh layer prunes it the same way, and
+loading an unpruned state removes the masks.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from bensemble.layers.base import BaseBayesianLayer
 
 __all__ = ["MeanFieldGaussianLayer", "gaussian_noise", "inverse_softplus"]
 
+#: dtype every weight-noise draw is made in, whatever the layer's dtype (see gaussian_noise).
+NOISE_DTYPE = torch.float32
 # Added under the square root of the local-reparameterisation variance.
 _VAR_FLOOR = 1e-8
 
@@ -45,13 +49,14 @@ def gaussian_noise(
 ) -> torch.Tensor:
     """Standard normal noise of ``shape`` with ``like``'s dtype and device.
 
-    With a generator the draw happens on the generator's device (a CPU generator also serves a
-    CUDA model) and is then moved next to ``like``.
+    The draw is always made in float32 (:data:`NOISE_DTYPE`) and then cast, so a layer converted
+    with ``.double()`` or ``.half()`` draws the *same* noise from the same generator: member ``m``
+    of an ensemble stays the same function under a dtype change (to the dtype's rounding). With a
+    generator the draw happens on the generator's device (a CPU generator also serves a CUDA
+    model) and is then moved next to ``like``.
     """
-    if generator is None:
-        return torch.randn(shape, dtype=like.dtype, device=like.device)
-    draw_dtype = like.dtype if like.dtype in (torch.float32, torch.float64) else torch.float32
-    eps = torch.randn(shape, dtype=draw_dtype, device=generator.device, generator=generator)
+    device = like.device if generator is None else generator.device
+    eps = torch.randn(shape, dtype=NOISE_DTYPE, device=device, generator=generator)
     return eps.to(device=like.device, dtype=like.dtype)
 
 
@@ -59,7 +64,7 @@ class MeanFieldGaussianLayer(BaseBayesianLayer):
     """Base of layers with a factorised Gaussian posterior over weights and bias.
 
     Subclasses call :meth:`_create_parameters` in ``__init__``, set ``init_sigma`` and implement
-    :meth:`_apply` and ``reset_parameters`` (which may call :meth:`_reset_sigmas`).
+    :meth:`_weight_op` and ``reset_parameters`` (which may call :meth:`_reset_sigmas`).
     """
 
     init_sigma: float
@@ -78,7 +83,7 @@ class MeanFieldGaussianLayer(BaseBayesianLayer):
             self.w_rho.fill_(rho)
             self.b_rho.fill_(rho)
 
-    def _apply(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    def _weight_op(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ pruning
@@ -98,6 +103,22 @@ class MeanFieldGaussianLayer(BaseBayesianLayer):
                 mu, sigma = mu * mask, sigma * mask
             out += [mu, sigma]
         return out[0], out[1], out[2], out[3]
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
+    ) -> None:
+        """Pruning masks follow the loaded state: created when it has them, dropped otherwise."""
+        for name in ("w_mask", "b_mask"):
+            saved = state_dict.get(prefix + name)
+            if isinstance(saved, torch.Tensor):
+                if name not in self._buffers:
+                    mu = getattr(self, name[:1] + "_mu")
+                    self.register_buffer(name, torch.ones_like(mu))
+            elif name in self._buffers:
+                del self._buffers[name]
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
+        )
 
     def kl_divergence(self) -> torch.Tensor:
         """``KL(q || p)`` summed over the weights and biases that are not pruned.
@@ -152,7 +173,7 @@ class MeanFieldGaussianLayer(BaseBayesianLayer):
                 mu.masked_fill_(~keep, 0.0)
                 rho.masked_fill_(~keep, -1e8)
                 mask_name = name[: -len("_mu")] + "_mask"
-                self.register_buffer(mask_name, keep.to(mu.dtype), persistent=False)
+                self.register_buffer(mask_name, keep.to(mu.dtype))
                 total += keep.numel()
                 pruned += int((~keep).sum())
         return pruned / total if total else 0.0
@@ -169,9 +190,9 @@ class MeanFieldGaussianLayer(BaseBayesianLayer):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w_mu, w_sigma, b_mu, b_sigma = self._moments()
         if not self.sampling:
-            return self._apply(x, w_mu, b_mu)
+            return self._weight_op(x, w_mu, b_mu)
         if self.force_sample or self.sample_generator is not None:
-            return self._apply(x, *self.sample_weights(self.sample_generator))
-        mean = self._apply(x, w_mu, b_mu)
-        var = self._apply(x.pow(2), w_sigma.pow(2), b_sigma.pow(2))
+            return self._weight_op(x, *self.sample_weights(self.sample_generator))
+        mean = self._weight_op(x, w_mu, b_mu)
+        var = self._weight_op(x.pow(2), w_sigma.pow(2), b_sigma.pow(2))
         return mean + torch.randn_like(mean) * torch.sqrt(var + _VAR_FLOOR)

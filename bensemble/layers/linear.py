@@ -8,7 +8,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bensemble._validation import check_option, check_positive, check_positive_int
+from bensemble._validation import (
+    check_allocation,
+    check_option,
+    check_positive,
+    check_positive_int,
+)
 from bensemble.layers.gaussian import MeanFieldGaussianLayer
 
 __all__ = ["BayesianLinear"]
@@ -62,6 +67,15 @@ class BayesianLinear(MeanFieldGaussianLayer):
         super().__init__(prior_sigma=prior_sigma)
         self.in_features = check_positive_int(in_features, "in_features", fn)
         self.out_features = check_positive_int(out_features, "out_features", fn)
+        # what __init__ allocates: mu and rho of the weights and of the biases (float32)
+        check_allocation(
+            fn,
+            "out_features",
+            self.out_features,
+            per_count=2 * (self.in_features + 1),
+            itemsize=4,
+            others="in_features",
+        )
         self.init_sigma = check_positive(init_sigma, "init_sigma", fn)
         self.weight_init = check_option(weight_init, "weight_init", WEIGHT_INITS, fn)
 
@@ -79,7 +93,7 @@ class BayesianLinear(MeanFieldGaussianLayer):
                 nn.init.kaiming_uniform_(self.w_mu, a=math.sqrt(5))
         self._reset_sigmas()
 
-    def _apply(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    def _weight_op(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         return F.linear(x, weight, bias)
 
     def extra_repr(self) -> str:

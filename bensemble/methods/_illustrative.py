@@ -46,6 +46,7 @@ from sklearn.exceptions import NotFittedError
 from bensemble._validation import (
     as_float_tensor,
     as_labels,
+    check_count,
     check_positive_int,
     check_same_length,
 )
@@ -95,7 +96,7 @@ def gaussian_members(
     h = as_float_tensor(positive_probs, "positive_probs", fn, ndim=1)
     eu = as_float_tensor(epistemic_uncertainty, "epistemic_uncertainty", fn, ndim=1)
     check_same_length(fn, positive_probs=h, epistemic_uncertainty=eu)
-    n = check_positive_int(n, "n", fn)
+    n = check_count(n, "n", fn, per_count=3 * h.shape[0], itemsize=8)  # noise, phi, stack [n, N, 2]
     if not isinstance(clip, bool):
         raise ValueError(f"{fn}: `clip` must be True or False (got {clip!r})")
     lo, hi = float(h.min()), float(h.max())

@@ -45,28 +45,35 @@ __all__ = [
 BATCH = 4096
 
 
-def iterate_pairs(data, fn: str, convert_y=None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def iterate_pairs(
+    data, fn: str, convert_y=None, name: str = "data"
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Batches ``(x, y)``: a tuple ``(X, y)`` is one data set, other iterables yield batches.
 
-    ``convert_y(y, name, fn)`` converts the targets of a tuple (default: :func:`to_tensor`).
+    ``convert_y(y, name, fn)`` converts the targets of a tuple (default: :func:`to_tensor`);
+    ``name`` is the argument named in error messages.
     """
     if isinstance(data, tuple):
         if len(data) != 2:
-            raise ValueError(f"{fn}: `data` as a tuple must be (X, y) (got {len(data)} items)")
+            raise ValueError(f"{fn}: `{name}` as a tuple must be (X, y) (got {len(data)} items)")
         x = to_tensor(data[0], "X", fn)
         y = (convert_y or to_tensor)(data[1], "y", fn)
+        if x.ndim == 0 or x.shape[0] == 0:
+            raise ValueError(
+                f"{fn}: `{name}` must hold at least one sample (got X of shape {tuple(x.shape)})"
+            )
         check_same_length(fn, X=x, y=y)
         yield from zip(x.split(BATCH), y.split(BATCH))
         return
     if isinstance(data, (torch.Tensor, np.ndarray)) or not isinstance(data, Iterable):
         raise ValueError(
-            f"{fn}: `data` must be a DataLoader of (x, y) batches or a tuple (X, y) "
+            f"{fn}: `{name}` must be a DataLoader of (x, y) batches or a tuple (X, y) "
             f"(got {type(data).__name__})"
         )
     for batch in data:
         if not isinstance(batch, (tuple, list)) or len(batch) < 2:
             raise ValueError(
-                f"{fn}: each batch of `data` must be a pair (x, y) (got {type(batch).__name__})"
+                f"{fn}: each batch of `{name}` must be a pair (x, y) (got {type(batch).__name__})"
             )
         yield batch[0], batch[1]
 
@@ -240,19 +247,34 @@ class KroneckerFactor:
         )  # row-major vec: out index major
         return basis @ torch.diag((1.0 / eig).reshape(-1)) @ basis.T
 
-    def output_covariance(self, g: torch.Tensor, a: torch.Tensor, eig: torch.Tensor):
-        """Covariance ``[B, K, K]`` of the outputs from this layer's weights (linearised).
+    def project(self, g: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The Jacobian of the outputs w.r.t. ``[W | b]`` in this factor's eigenbasis.
 
         ``g [K, B, T, out]`` are the Jacobians of the ``K`` outputs w.r.t. the layer outputs,
         ``a [B, T, in + 1]`` its inputs; the Jacobian w.r.t. ``[W | b]`` is ``sum_t g_t a_t^T``.
+        One position (``T = 1``): ``(u [K, B, out], v^2 [B, in + 1])`` with ``u = g Q_G``,
+        ``v = a Q_A`` (the Jacobian is their outer product); else ``(jac [K, B, out, in + 1],)``.
+        Independent of the prior precision: a search reuses it for every candidate.
         """
         u = g @ self.q_out  # [K, B, T, out]
         v = a @ self.q_in  # [B, T, in + 1]
         if u.shape[2] == 1:
-            w = (v[:, 0, :] ** 2) @ (1.0 / eig).T  # [B, out]
-            return torch.einsum("kbi,lbi,bi->bkl", u[:, :, 0], u[:, :, 0], w)
-        jac = torch.einsum("kbti,btj->kbij", u, v)
+            return u[:, :, 0], v[:, 0, :] ** 2
+        return (torch.einsum("kbti,btj->kbij", u, v),)
+
+    def projected_covariance(self, projection: tuple, eig: torch.Tensor) -> torch.Tensor:
+        """Covariance ``[B, K, K]`` of the outputs from this layer's weights, given
+        :meth:`project`'s result and the precision eigenvalues ``eig [out, in + 1]``."""
+        if len(projection) == 2:
+            u, v_sq = projection
+            w = v_sq @ (1.0 / eig).T  # [B, out]
+            return torch.einsum("kbi,lbi,bi->bkl", u, u, w)
+        (jac,) = projection
         return torch.einsum("kbij,lbij,ij->bkl", jac, jac, 1.0 / eig)
+
+    def output_covariance(self, g: torch.Tensor, a: torch.Tensor, eig: torch.Tensor):
+        """Covariance ``[B, K, K]`` of the outputs from this layer's weights (linearised)."""
+        return self.projected_covariance(self.project(g, a), eig)
 
 
 def probit_predictive(mean: torch.Tensor, cov: torch.Tensor) -> torch.Tensor:

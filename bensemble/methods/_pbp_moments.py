@@ -25,13 +25,25 @@ import math
 import torch
 from torch import nn
 
-from bensemble._validation import check_positive_int
+from bensemble._validation import (
+    as_float_tensor,
+    check_allocation,
+    check_positive,
+    check_positive_int,
+    machine_memory_bytes,
+)
 from bensemble.utils import standard_normal_cdf, standard_normal_pdf
 
 __all__ = ["PBPNet", "ProbLinear", "backward_moments", "moments_with_grads", "relu_moments"]
 
 #: Floor of the pre-activation variance.
 VAR_FLOOR = 1e-12
+
+
+def _check_float_dtype(dtype, fn: str) -> torch.dtype:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"{fn}: `dtype` must be a floating torch.dtype (got {dtype!r})")
+    return dtype
 
 
 def relu_moments(
@@ -43,11 +55,35 @@ def relu_moments(
     ``al = m / sqrt(v)``; the variance is ``E[b^2] - E^2`` floored at 0. ``v`` is floored at
     ``eps``.
 
+    Args:
+        m: finite means (any shape; a tensor, numpy array or nested list).
+        v: finite variances ``>= 0``, broadcastable with ``m``.
+        eps: floor of ``v`` (``> 0``).
+
     Example:
         >>> mean, var = relu_moments(torch.tensor([0.0]), torch.tensor([1.0]))
         >>> round(float(mean), 4)
         0.3989
     """
+    fn = "relu_moments"
+    m = as_float_tensor(m, "m", fn, dtype=None, allow_empty=True)
+    v = as_float_tensor(v, "v", fn, dtype=None, allow_empty=True)
+    if v.numel() and float(v.min()) < 0.0:
+        raise ValueError(f"{fn}: `v` must be >= 0 (got minimum {float(v.min()):.4g})")
+    try:
+        torch.broadcast_shapes(m.shape, v.shape)
+    except RuntimeError:
+        raise ValueError(
+            f"{fn}: `m` and `v` must have broadcastable shapes (got {tuple(m.shape)} and "
+            f"{tuple(v.shape)})"
+        ) from None
+    return _relu_moments(m, v, check_positive(eps, "eps", fn))
+
+
+def _relu_moments(
+    m: torch.Tensor, v: torch.Tensor, eps: float = VAR_FLOOR
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`relu_moments` without input checks (the moment propagation's inner loop)."""
     v = v.clamp_min(eps)
     sd = v.sqrt()
     al = m / sd
@@ -61,43 +97,90 @@ class ProbLinear(nn.Module):
     """Means ``m`` and variances ``v`` ``[out, in + 1]`` of one PBP layer (bias last).
 
     ``m`` starts at ``N(0, 1 / (in + 1))`` draws, ``v`` at ``0.5`` (the engine resets ``v`` to the
-    prior variance).
+    prior variance). :attr:`dtype` and :attr:`device` are those of the parameters, so the layer
+    follows ``.to()``, ``.float()``, ``.double()`` and ``.half()``.
     """
 
     def __init__(self, in_features: int, out_features: int, dtype=torch.float64, device=None):
         super().__init__()
-        self.in_features = check_positive_int(in_features, "in_features", "ProbLinear")
-        self.out_features = check_positive_int(out_features, "out_features", "ProbLinear")
-        self.dtype = dtype
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        fn = "ProbLinear"
+        self.in_features = check_positive_int(in_features, "in_features", fn)
+        self.out_features = check_positive_int(out_features, "out_features", fn)
+        dtype = _check_float_dtype(dtype, fn)
+        check_allocation(
+            fn, "out_features", self.out_features, per_count=2 * (self.in_features + 1),
+            itemsize=dtype.itemsize, others="in_features",
+        )  # fmt: skip
+        device = torch.device(device) if device is not None else torch.device("cpu")
         shape = (self.out_features, self.in_features + 1)
-        init = torch.randn(shape, dtype=dtype, device=self.device) / math.sqrt(shape[1])
-        self.m = nn.Parameter(init, requires_grad=False)
-        self.v = nn.Parameter(torch.full(shape, 0.5, dtype=dtype, device=self.device),
+        # drawn in float64 and cast, so every dtype starts from the same weights
+        init = torch.randn(shape, dtype=torch.float64) / math.sqrt(shape[1])
+        self.m = nn.Parameter(init.to(device, dtype), requires_grad=False)
+        self.v = nn.Parameter(torch.full(shape, 0.5, dtype=dtype, device=device),
                               requires_grad=False)  # fmt: skip
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """dtype of the moments (follows the module's conversions)."""
+        return self.m.dtype
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the moments (follows the module's conversions)."""
+        return self.m.device
 
     @property
     def scale(self) -> float:
         return 1.0 / math.sqrt(self.in_features + 1)
 
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}"
+
 
 class PBPNet(nn.Module):
-    """A ReLU network of :class:`ProbLinear` layers (``layer_sizes = [D, H_1, ..., K]``)."""
+    """A ReLU network of :class:`ProbLinear` layers (``layer_sizes = [D, H_1, ..., K]``).
+
+    :attr:`dtype` and :attr:`device` are those of the parameters: the network follows ``.to()``,
+    ``.float()``, ``.double()`` and ``.half()`` (float64, the default, is recommended for
+    fitting; inputs are converted to the network's dtype).
+    """
 
     def __init__(self, layer_sizes, dtype=torch.float64, device=None):
         super().__init__()
-        sizes = list(layer_sizes)
-        if len(sizes) < 2:
+        fn = "PBPNet"
+        try:
+            sizes = list(layer_sizes)
+        except TypeError:
+            sizes = None
+        if sizes is None or len(sizes) < 2:
             raise ValueError(
-                f"PBPNet: `layer_sizes` must list at least an input and an output size "
-                f"(got {sizes!r})"
+                f"{fn}: `layer_sizes` must list at least an input and an output size "
+                f"(got {layer_sizes!r})"
             )
-        self.layer_sizes = sizes
-        self.dtype = dtype
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        for i, size in enumerate(sizes):
+            check_positive_int(size, f"layer_sizes[{i}]", fn)
+        dtype = _check_float_dtype(dtype, fn)
+        moments = 2 * sum((int(a) + 1) * int(b) for a, b in zip(sizes[:-1], sizes[1:]))
+        needed, memory = moments * dtype.itemsize, machine_memory_bytes()
+        if needed > memory:
+            raise ValueError(
+                f"{fn}: `layer_sizes` must describe a network whose {moments} weight moments fit "
+                f"in this machine's memory ({memory} bytes; {needed} needed) (got {sizes})"
+            )
+        self.layer_sizes = [int(v) for v in sizes]
         self.layers = nn.ModuleList(
             ProbLinear(a, b, dtype=dtype, device=device) for a, b in zip(sizes[:-1], sizes[1:])
         )
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """dtype of the moments (follows the module's conversions)."""
+        return self.layers[0].dtype
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the moments (follows the module's conversions)."""
+        return self.layers[0].device
 
     def forward_moments(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Predictive mean and variance ``[B, K]`` of the network output (noise excluded)."""
@@ -134,7 +217,7 @@ def moments_with_grads(net: PBPNet, x: torch.Tensor):
         cache.append((zm, zv, ma, va))
         if i == last:
             return (ma, va.clamp_min(VAR_FLOOR)), cache
-        mb, vb = relu_moments(ma, va)
+        mb, vb = _relu_moments(ma, va)
         zm, zv = _augment(mb, 1.0), _augment(vb, 0.0)
     raise AssertionError("unreachable")  # pragma: no cover
 

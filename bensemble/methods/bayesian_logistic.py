@@ -25,6 +25,7 @@ import torch
 from bensemble._validation import (
     as_float_tensor,
     as_labels,
+    check_allocation,
     check_generator,
     check_positive,
     check_positive_int,
@@ -110,11 +111,14 @@ class BayesianLogisticRegression:
         g = check_generator(self.generator, self.seed, fn)
         design = self._design(x)
         n_dim = design.shape[1]
+        per_chain = -(-self.n_samples // self.n_chains)
+        check_allocation(fn, "n_samples", per_chain * self.n_chains, per_count=n_dim, itemsize=8)
+        # every sweep draws one Polya-Gamma variable per chain and sample: [C, N] float64 x ~8
+        check_allocation(fn, "n_chains", self.n_chains, per_count=8 * (len(labels) + n_dim**2))
 
         kappa = labels.to(torch.float64) - 0.5
         x_kappa = (design.T @ kappa)[:, None].expand(self.n_chains, n_dim, 1)
         prior_precision = torch.eye(n_dim, dtype=torch.float64) / self.prior_var
-        per_chain = -(-self.n_samples // self.n_chains)
         draws = torch.empty(per_chain, self.n_chains, n_dim, dtype=torch.float64)
         beta = _laplace_starts(design, labels, self.prior_var, self.n_chains, g)
         kept = 0

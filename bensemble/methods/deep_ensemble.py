@@ -24,7 +24,9 @@ from torch.utils.data import Dataset
 
 from bensemble import _progress
 from bensemble._validation import (
+    MIN_MEMBER_BYTES,
     as_labels,
+    check_count,
     check_finite,
     check_generator,
     check_option,
@@ -136,7 +138,8 @@ def train_ensemble(
     fn = "train_ensemble"
     if not callable(make_model):
         raise ValueError(f"{fn}: `make_model` must be callable (got {type(make_model).__name__})")
-    n_members = check_positive_int(n_members, "n_members", fn)
+    # at least one network per member (MIN_MEMBER_BYTES) before any is built
+    n_members = check_count(n_members, "n_members", fn, itemsize=MIN_MEMBER_BYTES)
     g = check_generator(generator, seed, fn)
     config = TrainConfig(fn, epochs, batch_size, optimizer, loss_fn)
     dataset = _as_dataset(data, fn)

@@ -17,8 +17,10 @@ from sklearn.ensemble import RandomForestClassifier
 from sklearn.exceptions import NotFittedError
 
 from bensemble._validation import (
+    MIN_MEMBER_BYTES,
     as_float_tensor,
     as_labels,
+    check_count,
     check_positive_int,
     check_same_length,
 )
@@ -119,7 +121,8 @@ class RandomForestMembers(BaseEstimator):
         n_jobs: int | None = None,
     ) -> None:
         fn = "RandomForestMembers"
-        check_positive_int(n_estimators, "n_estimators", fn)
+        # at least one fitted tree object per estimator (MIN_MEMBER_BYTES) before any is grown
+        check_count(n_estimators, "n_estimators", fn, itemsize=MIN_MEMBER_BYTES)
         check_positive_int(min_samples_leaf, "min_samples_leaf", fn)
         if random_state is not None:
             check_positive_int(random_state, "random_state", fn, minimum=0)

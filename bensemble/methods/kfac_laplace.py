@@ -7,18 +7,23 @@ Gaussian posterior around the trained values (Ritter, Botev & Barber 2018):
     precision_l = n A_l (x) G_l + delta I,
     A_l = mean_i a_i a_i^T,   G_l = mean_i sum_r g_ir g_ir^T,   g_ir = J_{s_l}(x_i)^T L_i e_r,
 
-with ``a_i`` the layer input (and a constant 1 for the bias), ``J_{s_l}`` the Jacobian of the
-network output w.r.t. the layer's pre-activations (activation derivatives included, any graph:
-heads, branches, shared layers) and ``L_i L_i^T`` the Hessian of the NLL w.r.t. the outputs:
-``diag(p) - p p^T`` for softmax cross-entropy, ``I / sigma^2`` for Gaussian regression with
-noise variance ``sigma^2``. ``n A (x) G`` is the K-FAC approximation of the generalised Gauss-Newton
-of the summed NLL over the ``n`` training points; ``delta`` is the prior precision (prior
-``N(0, delta^{-1} I)``). In the eigenbasis of ``A`` and ``G`` the precision is diagonal, so samples
-and linearised predictive variances are exact for this precision. For a one-layer linear-Gaussian
-model the K-FAC GGN is the exact Hessian and the posterior is the closed-form one. A layer used at
-``T`` positions (a convolution's ``L`` output pixels, a linear layer on ``[B, T, F]``) sums its
-inputs over the positions in ``A`` (divided by ``n T``) and its gradients in ``G`` (divided by
-``n``), the KFC approximation of Grosse & Martens (2016), exact when ``T = 1``.
+with ``n`` the number of training points seen, ``a_i`` the layer input (and a constant 1 for the
+bias), ``J_{s_l}`` the Jacobian of the network output w.r.t. the layer's pre-activations
+(activation derivatives included, any graph: heads, branches, shared layers) and ``L_i L_i^T``
+the Hessian of the NLL w.r.t. the outputs: ``diag(p) - p p^T`` for softmax cross-entropy,
+``I / sigma^2`` for Gaussian regression with noise variance ``sigma^2``. ``n A (x) G`` is the
+K-FAC approximation of the generalised Gauss-Newton of the summed NLL; ``delta`` is the prior
+precision (prior ``N(0, delta^{-1} I)``). In the eigenbasis of ``A`` and ``G`` the precision is
+diagonal, so samples and linearised predictive variances are exact for this precision. For a
+one-layer linear-Gaussian model the K-FAC GGN is the exact Hessian and the posterior is the
+closed-form one. A layer used at ``T`` positions (a convolution's ``L`` output pixels, a linear
+layer on ``[B, T, F]``) sums its inputs over the positions in ``A`` (divided by ``n T``) and its
+gradients in ``G`` (divided by ``n``), the KFC approximation of Grosse & Martens (2016).
+
+``delta`` is given, or tuned (:mod:`bensemble.methods._prior_tuning`): by the held-out NLL of the
+linearised predictive when validation data is passed (recommended), else by the Laplace evidence
+``log p(D | theta*) - delta/2 ||theta*||^2 + P/2 log delta - 1/2 log det(precision)``, with a
+warning when that predictive is worse than the network on the training data.
 
 ``regularization="exact"`` (default) is the formula above; ``"paper"`` adds the prior to each
 factor as in Ritter et al., ``(sqrt(n) A + sqrt(delta) I) (x) (sqrt(n) G + sqrt(delta) I)``;
@@ -29,63 +34,85 @@ too narrow, and warns.
 from __future__ import annotations
 
 import copy
-import warnings
+import math
 
+import numpy as np
 import torch
 from torch import nn
 
-from bensemble._validation import (
-    check_generator,
-    check_option,
-    check_positive,
-    check_positive_int,
-    to_tensor,
+from bensemble._validation import check_option, check_positive, check_positive_int, warn_user
+from bensemble.methods import _kfac_linearised as glm
+from bensemble.methods._kfac_curvature import (
+    accumulate_curvature,
+    check_kfac_fits,
+    fitted_curvature,
+    posterior_layers,
 )
-from bensemble.methods._kronecker import (
-    KroneckerFactor,
-    LinearTaps,
-    inference_mode,
-    iterate_pairs,
-    layer_theta,
-    load_layers,
-    output_hessian_sqrt,
-    probit_predictive,
-    supported_layer,
+from bensemble.methods._kronecker import layer_theta, load_layers
+from bensemble.methods._laplace_checks import (
+    LIKELIHOODS,
+    call_generator,
+    check_allocation,
+    check_curvature_fits,
+    check_finite_weights,
+    check_seed_and_generator,
+    keep_state_on_error,
+)
+from bensemble.methods._prior_tuning import (
+    PriorPrecisionSearch,
+    check_bounds,
+    check_val_allowed,
+    tune_prior_precision,
 )
 
 __all__ = ["LaplaceApproximation"]
 
-_LIKELIHOODS = ("regression", "classification")
 _REGULARIZATIONS = ("exact", "paper", "legacy")
+_STATE = ("is_fitted", "likelihood", "dataset_size", "prior_precision", "regularization")
+_FITTED = ("factors_", "_eig", "_raw_factors", "prior_precision_", "prior_search_", "_noise_var")
+_FITTED += ("_nll", "_theta_norm2")
+_REMEDY = "fit(data, val=(x_val, y_val)) or compute_curvature(train_loader, val=val_loader)"
 
 
 class LaplaceApproximation:
     """K-FAC Laplace approximation over every ``nn.Linear`` / ``nn.Conv2d`` of ``model`` (above).
 
+    Recommended use: ``LaplaceApproximation(model).fit(train_data, val=val_data)`` (or
+    ``compute_curvature(train_loader, val=val_loader)``, the bensemble 0.2 entry point).
+
     Args:
         model: the trained network (its weights are the posterior mean); outputs ``[B, K]``
             (``[B]`` is read as ``[B, 1]`` for regression).
-        likelihood: ``"regression"`` (Gaussian noise) or ``"classification"`` (softmax
-            cross-entropy on logits).
-        prior_precision: ``delta > 0``.
+        likelihood: ``None`` (read off the targets: integer labels ``[N]`` for logits
+            ``[N, K >= 2]`` are ``"classification"``, real targets with one value per output
+            ``"regression"``), ``"regression"`` (Gaussian noise) or ``"classification"``.
+        prior_precision: ``delta > 0``; ``None`` tunes it at the fit (held-out NLL with
+            ``val``, else the evidence) over ``n_prior_grid`` log-spaced values in
+            ``prior_precision_bounds``.
         damping: added to every precision eigenvalue (``>= 0``), for numerical safety.
         regularization: ``"exact"``, ``"paper"`` or ``"legacy"`` (see the module docstring).
         verbose: print progress.
         sigma_noise: regression noise standard deviation; ``None`` estimates it from the
             training residuals of the trained model (root mean squared error).
-        generator: default random source of :meth:`sample_models`.
-        seed: alternative to ``generator``.
+        n_prior_grid: grid size of the prior-precision search.
+        prior_precision_bounds: ``(low, high)`` of that search.
+        generator: random source of :meth:`sample_models` (a stream).
+        seed: without ``generator``, each sampling call draws from a generator seeded with it,
+            so identical calls agree; ``None`` uses torch's global random state.
 
-    Attributes (after :meth:`compute_curvature`): ``factors_`` (``{layer name:
-    KroneckerFactor}``), ``dataset_size``, ``sigma_noise_`` (regression), ``is_fitted``.
+    Attributes (after the fit): ``factors_`` (``{layer name: KroneckerFactor}``),
+    ``dataset_size`` (``n``, the training points seen), ``prior_precision_`` and
+    ``prior_search_`` (how it was chosen), ``sigma_noise_`` (regression), ``is_fitted``.
 
     Example:
         >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
         <torch._C.Generator object at ...>
         >>> net = nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 1))
-        >>> x = torch.randn(32, 2)
-        >>> la = LaplaceApproximation(net, likelihood="regression")
-        >>> la.compute_curvature((x, x.sum(1, keepdim=True)))
+        >>> x = torch.randn(40, 2)
+        >>> y = x.sum(1, keepdim=True)
+        >>> la = LaplaceApproximation(net).fit((x[:30], y[:30]), val=(x[30:], y[30:]))
+        >>> la.likelihood, la.prior_search_.method
+        ('regression', 'held-out NLL')
         >>> len(la.sample_models(n_models=3))
         3
     """
@@ -93,15 +120,17 @@ class LaplaceApproximation:
     def __init__(
         self,
         model: nn.Module,
-        likelihood: str = "regression",
-        prior_precision: float = 1.0,
+        likelihood: str | None = None,
+        prior_precision: float | None = None,
         damping: float = 1e-6,
         regularization: str = "exact",
         verbose: bool = False,
         *,
         sigma_noise: float | None = None,
+        n_prior_grid: int = 41,
+        prior_precision_bounds: tuple[float, float] = (1e-4, 1e4),
         generator: torch.Generator | None = None,
-        seed: int | None = None,
+        seed: int | None = 0,
     ) -> None:
         fn = "LaplaceApproximation"
         if not isinstance(model, nn.Module):
@@ -109,41 +138,43 @@ class LaplaceApproximation:
                 f"{fn}: `model` must be a torch.nn.Module (got {type(model).__name__})"
             )
         self.model = model
-        self.likelihood = check_option(likelihood, "likelihood", _LIKELIHOODS, fn)
-        self.prior_precision = check_positive(prior_precision, "prior_precision", fn)
+        self.likelihood = (
+            None if likelihood is None else check_option(likelihood, "likelihood", LIKELIHOODS, fn)
+        )
+        self.prior_precision = (
+            None
+            if prior_precision is None
+            else check_positive(prior_precision, "prior_precision", fn)
+        )
         self.damping = check_positive(damping, "damping", fn, allow_zero=True)
         self.regularization = check_option(regularization, "regularization", _REGULARIZATIONS, fn)
         if self.regularization == "legacy":
-            warnings.warn(
+            warn_user(
                 f"{fn}: regularization='legacy' scales both Kronecker factors by n, which makes "
                 "the posterior about n times too narrow; it is kept only to reproduce bensemble "
-                "0.2 (use 'exact')",
-                UserWarning,
-                stacklevel=2,
+                "0.2 (use 'exact')"
             )
         self.verbose = bool(verbose)
         self.sigma_noise = (
             None if sigma_noise is None else check_positive(sigma_noise, "sigma_noise", fn)
         )
-        self.generator = check_generator(generator, seed, fn)
-        self.layers = [(n, m) for n, m in model.named_modules() if supported_layer(m)]
-        skipped = [n for n, m in model.named_modules() if isinstance(m, nn.Conv2d)]
-        skipped = [n for n in skipped if n not in dict(self.layers)]
-        if skipped:
-            warnings.warn(
-                f"{fn}: Conv2d layers {skipped} (groups > 1, string padding or a padding mode "
-                "other than 'zeros') keep their trained weights; only nn.Linear and plain "
-                "nn.Conv2d layers get a posterior",
-                UserWarning,
-                stacklevel=2,
-            )
-        if not self.layers:
-            raise ValueError(
-                f"{fn}: `model` must contain at least one nn.Linear or nn.Conv2d (got none)"
-            )
+        self.n_prior_grid = check_positive_int(n_prior_grid, "n_prior_grid", fn, minimum=3)
+        self.prior_precision_bounds = check_bounds(prior_precision_bounds, fn)
+        self.generator, self.seed = check_seed_and_generator(generator, seed, fn)
+        self.layers = posterior_layers(model, fn)
         self.is_fitted = False
         self.dataset_size = 1
         self.hook_handles: list = []  # bensemble 0.2 attribute; hooks live only inside calls
+
+    def __repr__(self) -> str:
+        head = f"LaplaceApproximation(layers={len(self.layers)}, likelihood={self.likelihood!r}, "
+        if not self.is_fitted:
+            return f"{head}prior_precision={self.prior_precision!r}, not fitted)"
+        n_params = sum(int(e.numel()) for e in self._eig.values())
+        return (
+            f"{head}prior_precision_={self.prior_search_.describe()}, "
+            f"dataset_size={self.dataset_size}, parameters={n_params})"
+        )
 
     def toggle_verbose(self) -> None:
         """Switch progress printing on or off (bensemble 0.2 API)."""
@@ -151,86 +182,110 @@ class LaplaceApproximation:
         print("Verbose:", "on" if self.verbose else "off")
 
     # ------------------------------------------------------------------ fitting
-    def compute_curvature(self, train_loader, num_samples: int = 1000) -> None:
-        """Estimate the Kronecker factors from (at most ``num_samples`` points of) the data.
+    def compute_curvature(self, train_loader, num_samples: int | None = None, *, val=None) -> None:
+        """Estimate the Kronecker factors from the data and set the prior precision.
 
         Args:
-            train_loader: a ``DataLoader`` of ``(x, y)`` batches or a tuple ``(X, y)``.
-                Classification targets are not used (the GGN of the softmax is label-free).
-            num_samples: points used for the factors; the curvature is scaled to the data set
-                size ``n = len(train_loader.dataset)`` (the points seen for a tuple or a plain
-                iterable).
+            train_loader: a ``DataLoader`` of ``(x, y)`` batches or a tuple ``(X, y)``; the
+                curvature is that of the ``n`` points it holds (``dataset_size``).
+            num_samples: deprecated. Uses only the first ``num_samples`` points, and ``n`` is
+                then ``num_samples`` (bensemble 0.2 rescaled a DataLoader's subset to
+                ``len(dataset)`` but a tuple's to ``num_samples``: two posteriors for the same
+                data). Pass a loader over the points to use instead.
+            val: validation data in the same forms: the prior precision is the grid value whose
+                linearised predictive has the lowest NLL on it (needs ``prior_precision=None``).
         """
         fn = "LaplaceApproximation.compute_curvature"
-        num_samples = check_positive_int(num_samples, "num_samples", fn)
-        sums_a: dict[str, torch.Tensor] = {}
-        sums_g: dict[str, torch.Tensor] = {}
-        rows: dict[str, int] = {}
-        n_seen, sq_residual, n_residual = 0, 0.0, 0
-        with inference_mode(self.model):
-            for x, y in iterate_pairs(train_loader, fn):
-                if n_seen >= num_samples:
-                    break
-                x = to_tensor(x, "x", fn)[: num_samples - n_seen]
-                y = to_tensor(y, "y", fn)[: x.shape[0]]
-                with LinearTaps(self.layers) as taps, torch.enable_grad():
-                    out = self._outputs(self.model(self._to_model(x)), fn)
-                    names = taps.called()
-                    if self.likelihood == "regression":
-                        target = y.to(out.device, torch.float64).reshape(out.shape[0], -1)
-                        if target.shape != out.shape:
-                            raise ValueError(
-                                f"{fn}: `y` must have one target per model output "
-                                f"{tuple(out.shape)} (got shape {tuple(y.shape)})"
-                            )
-                        sq_residual += float(((target - out.detach().double()) ** 2).sum())
-                        n_residual += target.numel()
-                    lam_sqrt = output_hessian_sqrt(out.detach().double(), self.likelihood)
-                    grads = taps.backprop(out, lam_sqrt, names)
-                    for name in names:
-                        has_bias = dict(self.layers)[name].bias is not None
-                        a = taps.rows(name, has_bias)
-                        g = grads[name].reshape(-1, grads[name].shape[-1])
-                        sums_a[name] = sums_a.get(name, 0.0) + a.T @ a
-                        sums_g[name] = sums_g.get(name, 0.0) + g.T @ g
-                        rows[name] = rows.get(name, 0) + a.shape[0]
-                n_seen += int(x.shape[0])
-                if self.verbose:
-                    print(f"{fn}: {n_seen} samples processed")
-        if n_seen == 0:
-            raise ValueError(f"{fn}: `train_loader` must yield at least one batch (got none)")
-        dataset = getattr(train_loader, "dataset", None)
-        try:
-            self.dataset_size = len(dataset) if dataset is not None else n_seen
-        except TypeError:
-            self.dataset_size = n_seen
-        noise_var = 1.0
-        if self.likelihood == "regression":
-            sigma = self.sigma_noise
-            if sigma is None:
-                sigma = max((sq_residual / n_residual) ** 0.5, 1e-6)
-            self.sigma_noise_ = float(sigma)
-            noise_var = self.sigma_noise_**2
-        self._raw_factors = {
-            name: (sums_a[name] / rows[name], sums_g[name] / (n_seen * noise_var))
-            for name in sums_a
-        }
-        self.factors_ = {
-            name: KroneckerFactor.from_factors(
-                name,
-                sums_a[name] / rows[name],
-                sums_g[name] / (n_seen * noise_var),
-                dict(self.layers)[name].bias is not None,
+        if num_samples is not None:
+            num_samples = check_positive_int(num_samples, "num_samples", fn)
+            warn_user(
+                f"{fn}: `num_samples` is deprecated: the curvature is that of the points "
+                f"actually seen, so with num_samples={num_samples} it is the posterior of the "
+                "first num_samples points (n = num_samples) whether `train_loader` is a "
+                "DataLoader or a tuple; pass a loader over the points to use instead",
+                FutureWarning,
             )
-            for name in sums_a
-        }
-        self._eig = {
-            name: f.precision(
-                float(self.dataset_size), self.prior_precision, self.damping, self.regularization
+        self._fit(train_loader, num_samples, val, fn, "train_loader")
+
+    def fit(self, data, val=None) -> LaplaceApproximation:
+        """:meth:`compute_curvature` on every point of ``data``; returns ``self``."""
+        self._fit(data, None, val, "LaplaceApproximation.fit", "data")
+        return self
+
+    def optimize_prior_precision(self, val=None) -> float:
+        """Re-tune the prior precision of a fitted approximation; return the value chosen.
+
+        Args:
+            val: validation data (a ``DataLoader`` of ``(x, y)`` batches or a tuple ``(X, y)``):
+                the grid value whose linearised predictive has the lowest mean NLL on it.
+                ``None``: the evidence of the training data (with a warning when the predictive
+                is then worse than the network on the training data).
+        """
+        fn = "LaplaceApproximation.optimize_prior_precision"
+        self._check_fitted(fn)
+        with keep_state_on_error(self):
+            return tune_prior_precision(self, val, fn, "optimize_prior_precision(val=...)")
+
+    def log_marginal_likelihood(self, prior_precision: float | None = None) -> float:
+        """Laplace log evidence of the training data at ``prior_precision`` (default: fitted)."""
+        fn = "LaplaceApproximation.log_marginal_likelihood"
+        self._check_fitted(fn)
+        delta = self.prior_precision_ if prior_precision is None else prior_precision
+        delta = check_positive(delta, "prior_precision", fn)
+        return float(self._log_evidence(np.array([math.log(delta)]))[0])
+
+    def _fit(self, data, num_samples, val, fn: str, name: str) -> None:
+        check_val_allowed(self.prior_precision, val, fn)
+        check_finite_weights(self.model, fn)
+        check_kfac_fits(self.layers, fn)
+        with keep_state_on_error(self):  # a failed fit leaves the previous one in place
+            sums = accumulate_curvature(
+                self.model,
+                self.layers,
+                data,
+                self.likelihood,
+                fn,
+                max_points=num_samples,
+                verbose=self.verbose,
+                name=name,
             )
-            for name, f in self.factors_.items()
-        }
-        self.is_fitted = True
+            fitted = fitted_curvature(sums, self.layers, self.sigma_noise, fn)
+            self.likelihood, self.dataset_size = fitted.likelihood, fitted.n
+            self._noise_var, self._nll = fitted.noise_var, fitted.nll
+            if fitted.sigma_noise is not None:
+                self.sigma_noise_ = fitted.sigma_noise
+            self._raw_factors, self.factors_ = fitted.raw_factors, fitted.factors
+            self._theta_norm2, self._probe = fitted.theta_norm2, fitted.probe
+            self.is_fitted = True
+            if self.prior_precision is None:
+                tune_prior_precision(self, val, fn, _REMEDY)
+            else:
+                self._set_prior(PriorPrecisionSearch("fixed", self.prior_precision), fn)
+
+    def _eigs(self, delta: float) -> dict[str, torch.Tensor]:
+        n, reg = float(self.dataset_size), self.regularization
+        return {name: f.precision(n, delta, self.damping, reg) for name, f in self.factors_.items()}
+
+    def _log_evidence(self, log_delta: np.ndarray) -> np.ndarray:
+        values = []
+        for t in np.atleast_1d(log_delta):
+            eigs = self._eigs(math.exp(t))
+            logdet = sum(float(torch.log(e).sum()) for e in eigs.values())
+            n_params = sum(e.numel() for e in eigs.values())
+            prior = 0.5 * n_params * t - 0.5 * math.exp(t) * self._theta_norm2
+            values.append(-self._nll + prior - 0.5 * logdet)
+        return np.array(values)
+
+    def _nll_curve(self, pairs, deltas, fn: str, name: str) -> tuple:
+        return glm.nll_curve(self, pairs, deltas, fn, name)
+
+    def _probe_curve(self, delta: float, fn: str) -> tuple:
+        return glm.nll_curve(self, [self._probe], [delta], fn, "data")
+
+    def _set_prior(self, search: PriorPrecisionSearch, fn: str) -> None:
+        self.prior_precision_ = float(search.prior_precision)
+        self.prior_search_ = search
+        self._eig = self._eigs(self.prior_precision_)
 
     @property
     def kronecker_factors(self) -> dict[str, dict[str, torch.Tensor]]:
@@ -241,36 +296,38 @@ class LaplaceApproximation:
 
     def _get_ensemble_state(self) -> dict:
         """Everything :meth:`sample_models` needs (bensemble 0.2 API)."""
-        keys = ("is_fitted", "likelihood", "dataset_size", "prior_precision", "regularization")
-        state = {k: getattr(self, k) for k in keys}
+        state = {k: getattr(self, k) for k in _STATE}
         state["model_state"] = self.model.state_dict()
         if self.is_fitted:
-            state.update(factors=self.factors_, eig=self._eig, raw=self._raw_factors)
+            state.update({k: getattr(self, k) for k in _FITTED})
             state["sigma_noise"] = getattr(self, "sigma_noise_", None)
         return state
 
     def _set_ensemble_state(self, state: dict) -> None:
         self.model.load_state_dict(state["model_state"])
-        for key in ("is_fitted", "likelihood", "dataset_size", "prior_precision", "regularization"):
+        for key in _STATE:
             setattr(self, key, state[key])
         if state["is_fitted"]:
-            self.factors_, self._eig, self._raw_factors = (
-                state["factors"],
-                state["eig"],
-                state["raw"],
-            )
+            for key in _FITTED:
+                setattr(self, key, state[key])
             if state.get("sigma_noise") is not None:
                 self.sigma_noise_ = state["sigma_noise"]
 
     # --------------------------------------------------------------- sampling
     def posterior_covariance(self, layer: str) -> torch.Tensor:
         """Dense posterior covariance ``[P, P]`` of ``vec([W | b])`` of one layer (row-major)."""
-        self._check_fitted("LaplaceApproximation.posterior_covariance")
+        fn = "LaplaceApproximation.posterior_covariance"
+        self._check_fitted(fn)
         if layer not in self.factors_:
-            raise ValueError(
-                "LaplaceApproximation.posterior_covariance: `layer` must be one of "
-                f"{sorted(self.factors_)} (got {layer!r})"
-            )
+            names = sorted(self.factors_)
+            raise ValueError(f"{fn}: `layer` must be one of {names} (got {layer!r})")
+        size = self._eig[layer].numel()
+        check_curvature_fits(
+            fn,
+            f"layer `{layer}`'s dense [P, P] covariance (P = {size:,})",
+            3 * size * size,
+            "use sample_parameters or predictive, which never form it",
+        )
         return self.factors_[layer].covariance(self._eig[layer])
 
     def sample_parameters(
@@ -283,9 +340,9 @@ class LaplaceApproximation:
         fn = "LaplaceApproximation.sample_parameters"
         self._check_fitted(fn)
         n_models = check_positive_int(n_models, "n_models", fn)
+        check_allocation(fn, "n_models", n_models, per_count=self._per_model())
         temperature = check_positive(temperature, "temperature", fn, allow_zero=True)
-        gen = check_generator(generator, None, fn)
-        gen = self.generator if gen is None else gen
+        gen = call_generator(generator, self.generator, self.seed, fn)
         modules = dict(self.layers)
         draws = {}
         for name, factor in self.factors_.items():
@@ -314,7 +371,8 @@ class LaplaceApproximation:
 
     # ------------------------------------------------------------- prediction
     def predictive(self, x, n_samples: int | None = None, *, generator=None):
-        """Posterior predictive at ``x``.
+        """Posterior predictive at ``x`` (what ``Ensemble.predict_*`` takes: a tensor, a numpy
+        array, an iterable of batches such as a ``DataLoader`` of ``x`` or ``(x, y, ...)``).
 
         With ``n_samples=None`` the network is linearised around the mean (GLM predictive):
         ``f ~ N(f*(x), sum_l J_l Sigma_l J_l^T)`` with ``J_l`` the Jacobian w.r.t. ``[W_l | b_l]``.
@@ -325,65 +383,15 @@ class LaplaceApproximation:
         """
         fn = "LaplaceApproximation.predictive"
         self._check_fitted(fn)
-        x = to_tensor(x, "x", fn)
         if n_samples is not None:
             n_samples = check_positive_int(n_samples, "n_samples", fn, minimum=2)
-            draws = self.sample_parameters(n_samples, generator=generator)
-            member = copy.deepcopy(self.model).eval()  # one copy, reloaded per draw
-            outs = []
-            with torch.no_grad():
-                for s in range(n_samples):
-                    load_layers(member, {name: theta[s] for name, theta in draws.items()})
-                    outs.append(self._outputs(member(self._to_model(x)), fn).double())
-            stack = torch.stack(outs)
-            if self.likelihood == "classification":
-                return torch.softmax(stack, dim=-1).mean(dim=0)
-            return stack.mean(dim=0), stack.var(dim=0) + self.sigma_noise_**2
-        means, covs = [], []
-        for chunk in x.split(1024):
-            mean, cov = self._linearised(chunk, fn)
-            means.append(mean)
-            covs.append(cov)
-        mean, cov = torch.cat(means), torch.cat(covs)
-        if self.likelihood == "classification":
-            return probit_predictive(mean, cov)
-        return mean, torch.diagonal(cov, dim1=1, dim2=2) + self.sigma_noise_**2
+            check_allocation(fn, "n_samples", n_samples, per_count=self._per_model())
+        return glm.predict(self, x, n_samples, generator, fn)
 
     # ---------------------------------------------------------------- helpers
-    def _linearised(self, x: torch.Tensor, fn: str) -> tuple[torch.Tensor, torch.Tensor]:
-        with inference_mode(self.model), LinearTaps(self.layers) as taps, torch.enable_grad():
-            out = self._outputs(self.model(self._to_model(x)), fn)
-            n, k = out.shape
-            names = [name for name in taps.called() if name in self.factors_]
-            eye = torch.eye(k, dtype=torch.float64, device=out.device).expand(n, k, k)
-            grads = taps.backprop(out, eye, names)
-            cov = torch.zeros(n, k, k, dtype=torch.float64, device=out.device)
-            for name in names:
-                factor = self.factors_[name]
-                a = taps.per_example(name, n, factor.has_bias)
-                cov = cov + factor.output_covariance(grads[name], a, self._eig[name])
-        return out.detach().double(), cov
-
-    def _outputs(self, out, fn: str) -> torch.Tensor:
-        if not isinstance(out, torch.Tensor):
-            raise ValueError(f"{fn}: the model must return one tensor (got {type(out).__name__})")
-        if out.ndim == 1 and self.likelihood == "regression":
-            out = out[:, None]
-        if out.ndim != 2:
-            raise ValueError(
-                f"{fn}: the model output must be [B, K] (got shape {tuple(out.shape)})"
-            )
-        if self.likelihood == "classification" and out.shape[1] < 2:
-            raise ValueError(
-                f"{fn}: a classifier must output at least 2 logits (got {out.shape[1]})"
-            )
-        return out
-
-    def _to_model(self, x: torch.Tensor) -> torch.Tensor:
-        param = next(self.model.parameters())
-        if x.is_floating_point():
-            return x.to(device=param.device, dtype=param.dtype)
-        return x.to(param.device)
+    def _per_model(self) -> int:
+        """Values one drawn network holds (its draws and its copy)."""
+        return sum(int(p.numel()) for p in self.model.parameters())
 
     def _check_fitted(self, fn: str) -> None:
         if not self.is_fitted:

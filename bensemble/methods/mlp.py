@@ -13,7 +13,11 @@ from collections.abc import Sequence
 
 from torch import nn
 
-from bensemble._validation import check_positive_int, check_probability
+from bensemble._validation import (
+    check_positive_int,
+    check_probability,
+    machine_memory_bytes,
+)
 
 __all__ = ["make_mlp"]
 
@@ -56,6 +60,15 @@ def make_mlp(
     widths = [check_positive_int(h, "hidden", fn) for h in hidden]
     drop = _per_layer(dropout, "dropout", len(widths), fn)
     connect = _per_layer(dropconnect_p, "dropconnect_p", len(widths), fn)
+    sizes = [in_features, *widths, num_classes]
+    weights = sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:]))
+    needed, memory = 4 * weights, machine_memory_bytes()
+    if needed > memory:
+        raise ValueError(
+            f"{fn}: `in_features`, `hidden` and `num_classes` must give a network whose {weights} "
+            f"float32 weights fit in this machine's memory ({memory} bytes; {needed} needed) "
+            f"(got sizes {sizes})"
+        )
 
     layers: list[nn.Module] = []
     previous = in_features

@@ -31,7 +31,16 @@ import math
 import torch
 from torch import nn
 
-from bensemble._validation import check_generator, check_positive, check_positive_int
+from bensemble._validation import (
+    MIN_MEMBER_BYTES,
+    check_allocation,
+    check_count,
+    check_finite,
+    check_generator,
+    check_positive,
+    check_positive_int,
+    to_tensor,
+)
 from bensemble.methods._pbp_moments import PBPNet, backward_moments, moments_with_grads
 from bensemble.methods._state import NotFittedError
 
@@ -41,14 +50,19 @@ _LOG_2PI = math.log(2.0 * math.pi)
 
 
 class _Cast(nn.Module):
-    """Casts the input to the sampled network's dtype (float32 input works)."""
+    """Casts the input to the sampled network's dtype (float32 input works).
+
+    The dtype is held by an empty non-persistent buffer, so it follows ``.to()``, ``.float()``,
+    ``.double()`` and ``.half()`` of the network.
+    """
 
     def __init__(self, dtype: torch.dtype) -> None:
         super().__init__()
-        self.dtype = dtype
+        self.register_buffer("dtype_like", torch.empty(0, dtype=dtype), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.to(self.dtype)
+        like = self.dtype_like
+        return x.to(device=like.device, dtype=like.dtype)
 
 
 class PBPEngine:
@@ -59,7 +73,13 @@ class PBPEngine:
         layer_sizes: ``[D, H_1, ..., K]`` of a new :class:`PBPNet`.
         noise_alpha, noise_beta: initial ``Gamma(alpha, beta)`` of the noise precision.
         weight_alpha, weight_beta: weight prior variance ``weight_beta / (weight_alpha - 1)``.
-        dtype, device: of the moments (float64 recommended).
+        dtype, device: of a new network's moments (float64 recommended); with ``model`` they
+            default to the model's own (a model of another dtype / device is converted).
+
+    Every input is checked: non-finite or misshapen inputs and targets, an empty loader, a
+    model with non-finite means, and hyper-parameters whose noise variance
+    ``noise_beta / (noise_alpha - 1)`` or prior variance ``weight_beta / (weight_alpha - 1)``
+    would be infinite, zero or negative are refused with a ``ValueError``.
 
     Example:
         >>> _ = torch.manual_seed(0)
@@ -79,7 +99,7 @@ class PBPEngine:
         noise_beta: float = 6.0,
         weight_alpha: float = 6.0,
         weight_beta: float = 6.0,
-        dtype: torch.dtype = torch.float64,
+        dtype: torch.dtype | None = None,
         device=None,
     ) -> None:
         fn = "PBPEngine"
@@ -87,22 +107,41 @@ class PBPEngine:
             raise ValueError(f"{fn}: Specify either a ready PBP model or layer_sizes (got neither)")
         if model is not None and layer_sizes is not None:
             raise ValueError(f"{fn}: Specify either a ready PBP model or layer_sizes (got both)")
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        if model is not None and not isinstance(model, PBPNet):
+            raise ValueError(f"{fn}: `model` must be a PBPNet (got {type(model).__name__})")
+        if dtype is None:
+            dtype = model.dtype if model is not None else torch.float64
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"{fn}: `dtype` must be a floating torch.dtype (got {dtype!r})")
+        if device is None:
+            device = model.device if model is not None else "cpu"
+        self.device = torch.device(device)
         self.dtype = dtype
         if model is None:
             model = PBPNet(layer_sizes, dtype=dtype, device=self.device)
-        if not isinstance(model, PBPNet):
-            raise ValueError(f"{fn}: `model` must be a PBPNet (got {type(model).__name__})")
+        else:
+            _check_finite_moments(model, fn)
+            model = model.to(device=self.device, dtype=dtype)
         self.model = model
-        self.alpha_g = self._scalar(check_positive(noise_alpha, "noise_alpha", fn))
-        self.beta_g = self._scalar(check_positive(noise_beta, "noise_beta", fn))
-        wa = check_positive(weight_alpha, "weight_alpha", fn)
-        if wa <= 1.0:
-            raise ValueError(f"{fn}: `weight_alpha` must be > 1 (got {weight_alpha!r})")
-        self.alpha_l = self._scalar(wa)
-        self.beta_l = self._scalar(check_positive(weight_beta, "weight_beta", fn))
+        self.alpha_g, self.beta_g = self._gamma_pair(noise_alpha, noise_beta, "noise", fn)
+        self.alpha_l, self.beta_l = self._gamma_pair(weight_alpha, weight_beta, "weight", fn)
         self.is_fitted = False
         self._init_from_prior()
+
+    def _gamma_pair(self, alpha, beta, kind: str, fn: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(alpha, beta)`` as tensors, refused unless ``beta / (alpha - 1)`` is finite, > 0."""
+        a = check_positive(alpha, f"{kind}_alpha", fn)
+        b = check_positive(beta, f"{kind}_beta", fn)
+        a_t, b_t = self._scalar(a), self._scalar(b)
+        variance = b_t / (a_t - 1.0)
+        what = "noise variance" if kind == "noise" else "prior weight variance"
+        if not (a > 1.0 and bool(torch.isfinite(variance)) and float(variance) > 0.0):
+            raise ValueError(
+                f"{fn}: `{kind}_alpha` must be > 1 and `{kind}_beta` such that the {what} "
+                f"{kind}_beta / ({kind}_alpha - 1) is finite and > 0 in {self.dtype} "
+                f"(got {kind}_alpha={alpha!r}, {kind}_beta={beta!r}: {float(variance)!r})"
+            )
+        return a_t, b_t
 
     def _scalar(self, value: float) -> torch.Tensor:
         return torch.tensor(float(value), dtype=self.dtype, device=self.device)
@@ -151,18 +190,23 @@ class PBPEngine:
         update_size = check_positive_int(update_size, "update_size", fn)
         gen = check_generator(generator, seed, fn)
         x_all, y_all = self._collect(train_loader, fn)
-        history: dict[str, list[float]] = {"train_rmse": [], "train_nlpd": []}
+        # per update: ~6 tensors [B, H, D + 1] per layer (per-example gradients, new moments)
+        per_point = 6 * sum(layer.m.numel() for layer in self.model.layers)
+        check_allocation(
+            fn, "update_size", min(update_size, x_all.shape[0]), per_count=per_point,
+            itemsize=self.dtype.itemsize,
+        )  # fmt: skip
+        # the validation data are read (and checked) once, before q changes
+        splits = {"train": (x_all, y_all)}
         if val_loader is not None:
-            history["val_rmse"], history["val_nlpd"] = [], []
+            splits["val"] = self._collect(val_loader, fn)
+        history: dict[str, list[float]] = {f"{s}_{m}": [] for s in splits for m in ("rmse", "nlpd")}
         for _ in range(num_epochs):
             order = torch.randperm(x_all.shape[0], generator=gen).to(self.device)
             for idx in order.split(update_size):
                 self._update(x_all[idx], y_all[idx])
             self.is_fitted = True
-            for prefix, data in (("train", (x_all, y_all)), ("val", val_loader)):
-                if data is None:
-                    continue
-                x, y = data if prefix == "train" else self._collect(data, fn)
+            for prefix, (x, y) in splits.items():
                 rmse, nlpd = self._evaluate(x, y)
                 history[f"{prefix}_rmse"].append(rmse)
                 history[f"{prefix}_nlpd"].append(nlpd)
@@ -212,11 +256,10 @@ class PBPEngine:
     def predict(self, x) -> tuple[torch.Tensor, torch.Tensor]:
         """Predictive mean and variance ``[N, K]`` (weight uncertainty plus noise)."""
         self._check_fitted("PBPEngine.predict")
-        (mu, s2), _ = moments_with_grads(self.model, self._as_input(x))
-        return mu, s2 + self.noise_variance()
+        return self._predictive_mean_var(self._as_input(x))
 
-    def _predictive_mean_var(self, x) -> tuple[torch.Tensor, torch.Tensor]:
-        (mu, s2), _ = moments_with_grads(self.model, self._as_input(x))
+    def _predictive_mean_var(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        (mu, s2), _ = moments_with_grads(self.model, x)
         return mu, s2 + self.noise_variance()
 
     def noise_variance(self) -> torch.Tensor:
@@ -227,7 +270,8 @@ class PBPEngine:
         """``n_models`` ReLU networks with weights drawn from ``q(w)`` (float32 input accepted)."""
         fn = "PBPEngine.sample_models"
         self._check_fitted(fn)
-        n_models = check_positive_int(n_models, "n_models", fn)
+        per_model = sum(layer.m.numel() for layer in self.model.layers) * self.dtype.itemsize
+        n_models = check_count(n_models, "n_models", fn, itemsize=per_model + MIN_MEMBER_BYTES)
         gen = check_generator(generator, None, fn)
         models = []
         for _ in range(n_models):
@@ -265,25 +309,55 @@ class PBPEngine:
         if not self.is_fitted:
             raise NotFittedError(f"{fn}: PBPEngine not fitted; call fit(train_loader) first")
 
-    def _as_input(self, x) -> torch.Tensor:
-        return torch.as_tensor(x).to(self.device, self.dtype)
+    def _as_input(self, x, fn: str = "PBPEngine.predict") -> torch.Tensor:
+        t = to_tensor(x, "x", fn)
+        if not (t.is_floating_point() or t.dtype in _INTEGER_DTYPES):
+            raise ValueError(f"{fn}: `x` must be a real-valued array (got dtype {t.dtype})")
+        return check_finite(t.to(self.device, self.dtype), "x", fn)
 
     def _collect(self, loader, fn: str) -> tuple[torch.Tensor, torch.Tensor]:
         xs, ys = [], []
-        for batch in loader:
+        try:
+            batches = iter(loader)
+        except TypeError:
+            raise ValueError(
+                f"{fn}: the loader must be an iterable of (x, y) batches "
+                f"(got {type(loader).__name__})"
+            ) from None
+        for batch in batches:
             if not isinstance(batch, (tuple, list)) or len(batch) < 2:
-                raise ValueError(f"{fn}: each batch must be a pair (x, y)")
-            xs.append(torch.as_tensor(batch[0]))
-            ys.append(torch.as_tensor(batch[1]))
+                raise ValueError(
+                    f"{fn}: each batch must be a pair (x, y) (got {type(batch).__name__})"
+                )
+            x_b, y_b = self._as_input(batch[0], fn), to_tensor(batch[1], "y", fn)
+            if not (y_b.is_floating_point() or y_b.dtype in _INTEGER_DTYPES):
+                raise ValueError(f"{fn}: `y` must be real-valued targets (got dtype {y_b.dtype})")
+            if x_b.ndim not in (1, 2) or y_b.ndim not in (1, 2):
+                raise ValueError(
+                    f"{fn}: `x` must be [B, D] and `y` [B] or [B, K] in every batch (got shapes "
+                    f"{tuple(x_b.shape)} and {tuple(y_b.shape)})"
+                )
+            xs.append(x_b[:, None] if x_b.ndim == 1 else x_b)
+            ys.append(check_finite(y_b.to(self.device, self.dtype), "y", fn))
         if not xs:
             raise ValueError(f"{fn}: the loader must yield at least one batch (got none)")
-        x = torch.cat(xs).to(self.device, self.dtype)
-        y = torch.cat(ys).to(self.device, self.dtype)
-        if x.ndim == 1:
-            x = x[:, None]
+        if len({tuple(x_b.shape[1:]) for x_b in xs}) > 1 or len({y_b.ndim for y_b in ys}) > 1:
+            raise ValueError(
+                f"{fn}: every batch must have the same shape of `x` and `y` (got x shapes "
+                f"{sorted({tuple(x_b.shape) for x_b in xs})})"
+            )
+        x = torch.cat(xs)
+        y = torch.cat(ys)
+        if x.shape[0] == 0:
+            raise ValueError(f"{fn}: the loader must yield at least one sample (got 0 rows)")
         n_out = self.model.layers[-1].out_features
         if y.ndim == 1 and n_out == 1:
             y = y[:, None]
+        if x.ndim != 2 or x.shape[1] != self.model.layers[0].in_features:
+            raise ValueError(
+                f"{fn}: `x` must be [N, {self.model.layers[0].in_features}] "
+                f"(got shape {tuple(x.shape)})"
+            )
         if y.ndim != 2 or y.shape[1] != n_out or y.shape[0] != x.shape[0]:
             raise ValueError(
                 f"{fn}: the targets must be [N, {n_out}] (one column per network output"
@@ -296,6 +370,18 @@ class PBPEngine:
         rmse = float(((mu - y) ** 2).mean().sqrt())
         nlpd = float((0.5 * (_LOG_2PI + var.log()) + 0.5 * (y - mu) ** 2 / var).mean())
         return rmse, nlpd
+
+
+_INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def _check_finite_moments(model: PBPNet, fn: str) -> None:
+    """A given network's means must be finite (its variances are reset to the prior)."""
+    for i, layer in enumerate(model.layers):
+        if not bool(torch.isfinite(layer.m).all()):
+            raise ValueError(
+                f"{fn}: `model` must have finite weight means (got NaN / inf in layer {i})"
+            )
 
 
 def _log_z(y, mu, s2, noise_var) -> torch.Tensor:

@@ -10,6 +10,8 @@ dataclass. Every function accepts torch tensors or numpy arrays.
 * :mod:`~bensemble.metrics.selective` - risk-coverage curves
 * :mod:`~bensemble.metrics.smooth` - the kernel-smoothed calibration curve (Beta kernel)
 * :mod:`~bensemble.metrics.ood` - AUROC / AUPR / FPR@95 for OOD and misclassification detection
+* :mod:`~bensemble.metrics.intervals` - bootstrap intervals that stream, shard and merge
+  (counter-based Poisson weights; intervals of the calibration errors valid near zero)
 """
 
 from bensemble.metrics._kmeans import assign_bins, fit_bins

@@ -23,6 +23,7 @@ from bensemble._validation import (
     as_float_tensor,
     as_labels,
     as_member_probs,
+    check_allocation,
     to_tensor,
 )
 from bensemble.metrics._kmeans import _assign, _check_centroids, _fit
@@ -77,7 +78,8 @@ def check_n_seeds(n_seeds: Any, fn: str) -> int:
     ok = isinstance(n_seeds, (int, np.integer)) and not isinstance(n_seeds, (bool, np.bool_))
     if not ok or int(n_seeds) < 1:
         raise ValueError(f"{fn}: `n_seeds` must be an integer >= 1 (got {n_seeds!r})")
-    return int(n_seeds)
+    # a seed, a partition record and its per-bin details per seed: >= 64 bytes each
+    return check_allocation(fn, "n_seeds", int(n_seeds), itemsize=64)
 
 
 def _two_d_message(fn: str, shape: tuple[int, ...]) -> str:

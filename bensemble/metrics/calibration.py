@@ -334,8 +334,14 @@ def classwise_calibration_error(
     p, y = _check_probs_targets(probs, targets, fn, from_logits)
     n_classes = p.shape[1]
     if n_classes * (n_bins + 1) > MAX_BIN_SLOTS:
+        limit = MAX_BIN_SLOTS // n_classes - 1
+        if limit < 1:  # even one bin per class is too many: the classes are the problem
+            raise ValueError(
+                f"{fn}: `probs` must have at most {MAX_BIN_SLOTS // 2} classes for classwise "
+                f"bins (num_classes * (n_bins + 1) <= {MAX_BIN_SLOTS} slots) (got {n_classes})"
+            )
         raise ValueError(
-            f"{fn}: `n_bins` must be <= {MAX_BIN_SLOTS // n_classes - 1} for {n_classes} classes "
+            f"{fn}: `n_bins` must be <= {limit} for {n_classes} classes "
             f"(classwise bins need num_classes * (n_bins + 1) <= {MAX_BIN_SLOTS} slots) "
             f"(got {n_bins})"
         )

@@ -25,12 +25,12 @@ broadcast the centroids, then accumulate :class:`EECEMeter` anywhere).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
 from bensemble._validation import (
-    MAX_BIN_SLOTS,
     as_labels,
     as_logits,
     check_bool,
@@ -39,8 +39,16 @@ from bensemble._validation import (
     check_positive,
     check_positive_int,
 )
+from bensemble._validation_tensors import SUM_TOLERANCE
 from bensemble.metrics._binning import grid_edges
-from bensemble.metrics._state import _F64, MergeableState
+from bensemble.metrics._state import _F64, MergeableState, check_bin_slots
+from bensemble.metrics._state_checks import (
+    SLACK,
+    check_at_most,
+    check_equal_totals,
+    check_whole,
+    check_zero_where_empty,
+)
 from bensemble.metrics.calibration import (
     NORMS,
     CalibrationBins,
@@ -68,39 +76,16 @@ class _ProbsMeter(MergeableState):
             num_classes = check_positive_int(num_classes, "num_classes", self._fn, minimum=2)
         self.num_classes = num_classes
         self.from_logits = check_bool(from_logits, "from_logits", self._fn)
-        self._seen_classes = num_classes
         self._init_state()
 
-    def _batch(self, probs: Any, targets: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def _declared_seen(self) -> dict[str, int | None]:
+        return {"num_classes": self.num_classes}
+
+    def _batch(self, probs: Any, targets: Any) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """Validated ``probs``, ``targets`` and the class count they fix (checked, not stored)."""
         fn = f"{self._fn}.update"
         p, y = _check_probs_targets(probs, targets, fn, self.from_logits)
-        self._check_classes(p, fn)
-        return p, y
-
-    def _check_classes(self, p: torch.Tensor, fn: str) -> None:
-        if self._seen_classes is not None and p.shape[1] != self._seen_classes:
-            raise ValueError(
-                f"{fn}: `probs` must have {self._seen_classes} classes (got shape {tuple(p.shape)})"
-            )
-        self._seen_classes = int(p.shape[1])
-
-    def merge(self, other: MergeableState) -> MergeableState:
-        fn = f"{self._fn}.merge"
-        self._check_other(other, fn)
-        if None not in (self._seen_classes, other._seen_classes) and (
-            self._seen_classes != other._seen_classes
-        ):
-            raise ValueError(
-                f"{fn}: `other` must have seen {self._seen_classes} classes "
-                f"(got {other._seen_classes})"
-            )
-        self._add(other._state)
-        self._seen_classes = self._seen_classes or other._seen_classes
-        return self
-
-    def reset(self) -> MergeableState:
-        self._seen_classes = self.num_classes
-        return super().reset()
+        return p, y, self._seen_in(fn, "probs", num_classes=int(p.shape[1]))
 
 
 class CalibrationErrorMeter(_ProbsMeter):
@@ -146,7 +131,7 @@ class CalibrationErrorMeter(_ProbsMeter):
         if isinstance(other, CalibrationErrorMeter) and other is not self:
             if (other.n_bins, other.norm) != (self.n_bins, self.norm):
                 raise ValueError(
-                    f"{fn}: `other` must use the same n_bins and norm "
+                    f"{fn}: `{name}` must use the same n_bins and norm "
                     f"({self.n_bins}, {self.norm!r}) (got ({other.n_bins}, {other.norm!r}))"
                 )
         super()._check_other(other, fn, name)
@@ -158,14 +143,23 @@ class CalibrationErrorMeter(_ProbsMeter):
     def _count(self, state: dict[str, torch.Tensor]) -> float:
         return float(state["counts"].sum())
 
-    def _stats(self, probs: Any, targets: Any) -> dict[str, torch.Tensor]:
+    def _stats(self, probs: Any, targets: Any) -> tuple[dict[str, torch.Tensor], dict]:
         """Per-bin sums of a batch ``probs [B, K]``, ``targets [B]``."""
-        bins = _top_label_stats(*self._batch(probs, targets), self.n_bins, "uniform")
-        return {
+        p, y, seen = self._batch(probs, targets)
+        bins = _top_label_stats(p, y, self.n_bins, "uniform")
+        stats = {
             "counts": bins.counts,
             "sum_confidence": bins.sum_confidence,
             "sum_correct": bins.sum_correct,
         }
+        return stats, seen
+
+    def _check_sums(self, state: dict[str, torch.Tensor], where: str) -> None:
+        counts = state["counts"]
+        check_whole(counts, where, "counts")
+        check_at_most(state["sum_confidence"], counts, where, "sum_confidence", "`counts`")
+        check_whole(state["sum_correct"], where, "sum_correct")
+        check_at_most(state["sum_correct"], counts, where, "sum_correct", "`counts`", exact=True)
 
     def _value(self, state: dict[str, torch.Tensor]) -> float:
         s = state
@@ -218,11 +212,7 @@ class ClasswiseCalibrationErrorMeter(_ProbsMeter):
         fn = self._fn
         num_classes = check_positive_int(num_classes, "num_classes", fn, minimum=2)
         self.n_bins = check_n_bins(n_bins, fn)
-        if num_classes * (self.n_bins + 1) > MAX_BIN_SLOTS:
-            raise ValueError(
-                f"{fn}: `n_bins` must be <= {MAX_BIN_SLOTS // num_classes - 1} for {num_classes} "
-                f"classes (got {n_bins})"
-            )
+        check_bin_slots(num_classes, self.n_bins, fn)
         self.norm = check_option(norm, "norm", NORMS, fn)
         super().__init__(num_classes, from_logits)
 
@@ -236,9 +226,21 @@ class ClasswiseCalibrationErrorMeter(_ProbsMeter):
     def _count(self, state: dict[str, torch.Tensor]) -> float:
         return float(state["counts"][0].sum())
 
-    def _stats(self, probs: Any, targets: Any) -> dict[str, torch.Tensor]:
-        counts, sum_p, hits = _classwise_stats(*self._batch(probs, targets), self.n_bins, "uniform")
-        return {"counts": counts, "sum_p": sum_p, "hits": hits}
+    def _stats(self, probs: Any, targets: Any) -> tuple[dict[str, torch.Tensor], dict]:
+        p, y, seen = self._batch(probs, targets)
+        counts, sum_p, hits = _classwise_stats(p, y, self.n_bins, "uniform")
+        return {"counts": counts, "sum_p": sum_p, "hits": hits}, seen
+
+    def _check_sums(self, state: dict[str, torch.Tensor], where: str) -> None:
+        counts, hits = state["counts"], state["hits"]
+        check_whole(counts, where, "counts")
+        check_equal_totals(counts.sum(dim=1), where, "counts", "class")
+        check_at_most(state["sum_p"], counts, where, "sum_p", "`counts`")
+        check_whole(hits, where, "hits")
+        check_at_most(hits, counts, where, "hits", "`counts`", exact=True)
+        check_equal_totals(
+            torch.stack([hits.sum(), counts[0].sum()]), where, "hits", "sample (its label)"
+        )
 
     def _value(self, state: dict[str, torch.Tensor]) -> float:
         s = state
@@ -260,6 +262,18 @@ class _MeanMeter(_ProbsMeter):
 
     def _value(self, state: dict[str, torch.Tensor]) -> float:
         return float(state["total"] / state["count"])
+
+    def _check_sums(self, state: dict[str, torch.Tensor], where: str) -> None:
+        check_whole(state["count"], where, "count")
+        check_zero_where_empty(state["total"], state["count"], where, "total")
+        self._check_total(state["total"], state["count"], where)
+
+    def _check_total(self, total: torch.Tensor, count: torch.Tensor, where: str) -> None:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def _sums(self, total: torch.Tensor, n: int, seen: dict) -> tuple[dict, dict]:
+        count = torch.tensor(float(n), dtype=_F64, device=total.device)
+        return {"total": total, "count": count}, seen
 
     def update(self, probs: Any, targets: Any) -> _MeanMeter:
         """Add a batch ``probs [B, K]``, ``targets [B]``; returns ``self``."""
@@ -283,20 +297,33 @@ class NLLMeter(_MeanMeter):
         self.eps = check_positive(eps, "eps", self._fn, allow_zero=True)
         super().__init__(num_classes, from_logits)
 
+    @property
+    def _infinite_ok(self) -> tuple[str, ...]:
+        return ("total",) if self.eps == 0 else ()  # p_y = 0 without eps: an infinite NLL
+
     def _settings(self) -> dict[str, Any]:
         return {"eps": self.eps}
 
-    def _stats(self, probs: Any, targets: Any) -> dict[str, torch.Tensor]:
+    def _stats(self, probs: Any, targets: Any) -> tuple[dict[str, torch.Tensor], dict]:
         fn = f"{self._fn}.update"
         if self.from_logits:
             z = as_logits(probs, "probs", fn, ndim=2, min_classes=2, warn_on_simplex=True)
             y = as_labels(targets, "targets", fn, n=z.shape[0], num_classes=z.shape[1])
-            self._check_classes(z, fn)
+            seen = self._seen_in(fn, "probs", num_classes=int(z.shape[1]))
             total = _nll_sum(z, y.to(z.device), self.eps, logits=True)
         else:
-            p, y = self._batch(probs, targets)
+            p, y, seen = self._batch(probs, targets)
             total = _nll_sum(p, y, self.eps, logits=False)
-        return {"total": total, "count": torch.tensor(float(y.shape[0]), dtype=_F64)}
+        return self._sums(total, y.shape[0], seen)
+
+    def _check_total(self, total: torch.Tensor, count: torch.Tensor, where: str) -> None:
+        # -log(p_y + eps) >= -log(1 + eps) per sample
+        floor = -(count * math.log1p(self.eps)) * (1 + SLACK) - SLACK
+        if float(total) < float(floor):
+            raise ValueError(
+                f"{where}['total']` must be >= -count * log(1 + eps) = {float(floor):.6g} "
+                f"(got {float(total):.6g})"
+            )
 
 
 class BrierMeter(_MeanMeter):
@@ -312,10 +339,13 @@ class BrierMeter(_MeanMeter):
     def __init__(self, num_classes: int | None = None, *, from_logits: bool = False) -> None:
         super().__init__(num_classes, from_logits)
 
-    def _stats(self, probs: Any, targets: Any) -> dict[str, torch.Tensor]:
-        p, y = self._batch(probs, targets)
-        n = torch.tensor(float(y.shape[0]), dtype=_F64, device=p.device)
-        return {"total": _brier_sum(p, y), "count": n}
+    def _stats(self, probs: Any, targets: Any) -> tuple[dict[str, torch.Tensor], dict]:
+        p, y, seen = self._batch(probs, targets)
+        return self._sums(_brier_sum(p, y), y.shape[0], seen)
+
+    def _check_total(self, total: torch.Tensor, count: torch.Tensor, where: str) -> None:
+        # sum_k (p_k - 1[y = k])^2 <= 2 per sample (up to the row-sum tolerance of the input)
+        check_at_most(total, count * (2 + 2 * SUM_TOLERANCE), where, "total", "2 * `count`")
 
 
 class AccuracyMeter(_MeanMeter):
@@ -331,7 +361,10 @@ class AccuracyMeter(_MeanMeter):
     def __init__(self, num_classes: int | None = None, *, from_logits: bool = False) -> None:
         super().__init__(num_classes, from_logits)
 
-    def _stats(self, probs: Any, targets: Any) -> dict[str, torch.Tensor]:
-        p, y = self._batch(probs, targets)
-        n = torch.tensor(float(y.shape[0]), dtype=_F64, device=p.device)
-        return {"total": _correct_sum(p, y), "count": n}
+    def _stats(self, probs: Any, targets: Any) -> tuple[dict[str, torch.Tensor], dict]:
+        p, y, seen = self._batch(probs, targets)
+        return self._sums(_correct_sum(p, y), y.shape[0], seen)
+
+    def _check_total(self, total: torch.Tensor, count: torch.Tensor, where: str) -> None:
+        check_whole(total, where, "total")
+        check_at_most(total, count, where, "total", "`count`", exact=True)

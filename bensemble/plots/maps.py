@@ -3,8 +3,9 @@
 The figure exists to compare a method's reported ``EU(x)`` with its members' actual squared
 error ``E_h[(eta(x) - h(x))^2]``, so panels can be **grouped**: every panel of a group shares one
 colour scale (``vmin``/``vmax`` over the group) and one colour bar, and a difference in colour is
-a difference in value. :func:`toy_map_pairs` builds the usual panels and groups for several
-methods, with mathtext titles.
+a difference in value; the scale starts at 0 (both quantities are non-negative), so a pale
+panel is a small value, not the smallest of its group. :func:`toy_map_pairs` builds the usual
+panels and groups for several methods, with mathtext titles.
 """
 
 from __future__ import annotations
@@ -200,7 +201,7 @@ def plot_toy_maps(
     flat = list(axes.flat)
     position = 0
     for group in layout:
-        vmin = min(float(images[t].min()) for t in group)
+        vmin = min(0.0, *(float(images[t].min()) for t in group))  # colour bars start at 0
         vmax = max(float(images[t].max()) for t in group)
         group_axes = flat[position : position + len(group)]
         position += len(group)

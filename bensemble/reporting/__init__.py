@@ -12,4 +12,38 @@ Markdown / CSV / JSON, figures, and the self-contained ``report.html`` page.
 Nothing here computes a metric; both rows above it import it, it imports neither.
 """
 
-__all__: list[str] = []
+from bensemble.reporting.html import (
+    HtmlFigure,
+    HtmlReport,
+    HtmlSection,
+    HtmlTable,
+    Verdict,
+    render_html,
+)
+from bensemble.reporting.report import (
+    Report,
+    atomic_write,
+    atomic_write_text,
+    environment,
+    format_table,
+    format_value,
+    markdown_table,
+    to_json,
+)
+
+__all__ = [
+    "HtmlFigure",
+    "HtmlReport",
+    "HtmlSection",
+    "HtmlTable",
+    "Report",
+    "Verdict",
+    "atomic_write",
+    "atomic_write_text",
+    "environment",
+    "format_table",
+    "format_value",
+    "markdown_table",
+    "render_html",
+    "to_json",
+]

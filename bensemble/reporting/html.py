@@ -8,7 +8,8 @@ font and no network access, so the file can be mailed or opened from a laptop of
 The layout reads at desktop and phone widths: the verdicts are cards that stack on a narrow
 screen, each with its status written out (not told by colour alone); a wide table scrolls inside
 its own box, never the page; figures scale down to the column. A print style sheet drops the
-contents list and keeps cards and figures whole. Every text is HTML-escaped.
+contents list and keeps cards and figures whole. Every text is HTML-escaped, its control and
+bidirectional characters shown as escapes (:func:`bensemble._terminal.printable_name`).
 
 Example:
     >>> page = HtmlReport(
@@ -31,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bensemble._terminal import printable_name
+from bensemble.reporting._checks import check_digits, check_items, check_mapping, check_rows
 from bensemble.reporting._table_format import _cells
 
 __all__ = [
@@ -51,6 +54,7 @@ STATUS_LABELS = {"good": "Good", "warn": "Caution", "bad": "Problem", "info": "N
 _STATUS_GLYPHS = {"good": "\u2713", "warn": "!", "bad": "\u2717", "info": "i"}
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _WIDE_FIGURE_PX = 720  # figures wider than this take a whole row of the figure grid
+_FN = "render_html"
 
 
 def _check_status(status: Any, fn: str) -> str:
@@ -242,8 +246,8 @@ a{color:inherit;text-decoration:none}
 """
 
 
-def _e(text: Any) -> str:
-    return _html.escape(str(text), quote=True)
+def _e(text: Any) -> str:  # a name cannot reorder or hide what the page shows
+    return _html.escape(printable_name(str(text)), quote=True)
 
 
 class _Ids:
@@ -263,26 +267,15 @@ class _Ids:
 
 
 def _table(table: HtmlTable, ids: _Ids) -> str:
-    if not isinstance(table, HtmlTable):
-        raise ValueError(f"render_html: `tables` must hold HtmlTable (got {type(table).__name__})")
-    if isinstance(table.digits, bool) or not isinstance(table.digits, int) or table.digits < 0:
-        raise ValueError(
-            f"render_html: `digits` of table {table.title!r} must be an integer >= 0 "
-            f"(got {table.digits!r})"
-        )
-    rows = list(table.rows)
-    bad = [type(r).__name__ for r in rows if not isinstance(r, Mapping)]
-    if bad:
-        raise ValueError(
-            f"render_html: `rows` of table {table.title!r} must be mappings of column -> value "
-            f"(got a {bad[0]})"
-        )
+    rows, digits = check_rows(table.rows, _FN), check_digits(table.digits, _FN)
     hid = ids(table.title, "table")
-    notes = "".join(f'<p class="note">{_e(n)}</p>' for n in table.notes)
+    notes = "".join(
+        f'<p class="note">{_e(n)}</p>' for n in check_items(table.notes, "notes", _FN, what="str")
+    )
     heading = f'<h3 id="{hid}">{_e(table.title)}</h3>'
     if not rows:
         return f'{heading}<p class="empty">No rows.</p>{notes}'
-    cols, body, numeric = _cells(rows, table.columns, table.digits)
+    cols, body, numeric = _cells(rows, table.columns, digits, _FN)
     cls = [' class="num"' if num else "" for num in numeric]
     head = "".join(f'<th scope="col"{c}>{_e(col)}</th>' for col, c in zip(cols, cls))
     row_header = not numeric[0]  # a text first column (a method, a class) labels its row
@@ -300,10 +293,6 @@ def _table(table: HtmlTable, ids: _Ids) -> str:
 
 
 def _figure(figure: HtmlFigure, number: int) -> str:
-    if not isinstance(figure, HtmlFigure):
-        raise ValueError(
-            f"render_html: `figures` must hold HtmlFigure (got {type(figure).__name__})"
-        )
     width, height = _png_size(figure.png, "render_html")
     data = base64.b64encode(bytes(figure.png)).decode("ascii")
     alt = figure.alt or figure.title or figure.caption or f"Figure {number}"
@@ -318,8 +307,6 @@ def _figure(figure: HtmlFigure, number: int) -> str:
 
 
 def _verdict(v: Verdict) -> str:
-    if not isinstance(v, Verdict):
-        raise ValueError(f"render_html: `verdicts` must hold Verdict (got {type(v).__name__})")
     status = _check_status(v.status, "render_html")
     detail = f'<p class="detail">{_e(v.detail)}</p>' if v.detail else ""
     return (
@@ -340,14 +327,16 @@ def render_html(report: HtmlReport) -> str:
 
     Raises:
         ValueError: ``report`` is not an :class:`HtmlReport`, a verdict's ``status`` is not one of
-            :data:`STATUSES`, a figure's ``png`` is not PNG bytes, or a table row is not a mapping.
+            :data:`STATUSES`, a figure's ``png`` is not PNG bytes, a table row is not a mapping,
+            or a part is not what its field says (``sections``, ``tables``, ``notes`` ... not a
+            sequence of their kind, ``footer`` not a mapping).
     """
     if not isinstance(report, HtmlReport):
         raise ValueError(
             f"render_html: `report` must be an HtmlReport (got {type(report).__name__})"
         )
     ids = _Ids()
-    verdicts = "".join(_verdict(v) for v in report.verdicts)
+    verdicts = "".join(_verdict(v) for v in check_items(report.verdicts, "verdicts", _FN, Verdict))
     summary = (
         f'<ul class="verdicts">{verdicts}</ul>'
         if verdicts
@@ -355,17 +344,13 @@ def render_html(report: HtmlReport) -> str:
     )
     toc = ['<li><a href="#summary">Summary</a></li>']
     sections, figure_number = [], 0
-    for s in report.sections:
-        if not isinstance(s, HtmlSection):
-            raise ValueError(
-                f"render_html: `sections` must hold HtmlSection (got {type(s).__name__})"
-            )
+    for s in check_items(report.sections, "sections", _FN, HtmlSection):
         sid = ids(s.title, "sec")
         toc.append(f'<li><a href="#{sid}">{_e(s.title)}</a></li>')
-        parts = [f"<p>{_e(n)}</p>" for n in s.notes]
-        parts += [_table(t, ids) for t in s.tables]
+        parts = [f"<p>{_e(n)}</p>" for n in check_items(s.notes, "notes", _FN, what="str")]
+        parts += [_table(t, ids) for t in check_items(s.tables, "tables", _FN, HtmlTable)]
         figures = []
-        for f in s.figures:
+        for f in check_items(s.figures, "figures", _FN, HtmlFigure):
             figure_number += 1
             figures.append(_figure(f, figure_number))
         if figures:
@@ -378,7 +363,7 @@ def render_html(report: HtmlReport) -> str:
             + "</section>"
         )
     footer = ""
-    if report.footer:
+    if check_mapping(report.footer, "footer", _FN):
         items = "".join(
             f"<div><dt>{_e(k)}</dt><dd>{_e(v)}</dd></div>" for k, v in report.footer.items()
         )

@@ -43,6 +43,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from bensemble._terminal import printable_name
+from bensemble.reporting._checks import check_columns, check_digits, check_path, check_rows
 from bensemble.reporting._folder import (
     check_report_folder,
     commit_folder,
@@ -53,6 +55,7 @@ from bensemble.reporting._table_format import (
     _plain,
     format_table,
     format_value,
+    json_text,
     markdown_table,
     table_columns,
     to_json,
@@ -71,6 +74,7 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+_MAX_DPI = 1200
 _TMP_PREFIX = ".bensemble-tmp-"
 
 
@@ -93,8 +97,17 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> 
 
     Returns:
         ``Path(path)``.
+
+    Raises:
+        ValueError: ``path`` is not a path or its folder does not exist, ``write`` is not
+            callable (nothing is written).
     """
-    target = Path(path)
+    target = _checked_target(path, "atomic_write")
+    if not callable(write):
+        raise ValueError(
+            f"atomic_write: `write` must be a callable taking a binary file handle "
+            f"(got {type(write).__name__})"
+        )
     fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -113,8 +126,21 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> 
     return target
 
 
+def _checked_target(path: Any, fn: str) -> Path:
+    target = Path(check_path(path, "path", fn))
+    if not target.parent.is_dir():
+        raise ValueError(
+            f"{fn}: `path` must be a file in an existing folder (got {printable_name(target)}; "
+            f"its folder {printable_name(target.parent)} is not one)"
+        )
+    return target
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write UTF-8 ``text`` to ``path`` atomically (see :func:`atomic_write`)."""
+    if not isinstance(text, str):
+        raise ValueError(f"atomic_write_text: `text` must be a str (got {type(text).__name__})")
+    _checked_target(path, "atomic_write_text")
     data = text.encode("utf-8")
     return atomic_write(path, lambda handle: handle.write(data))
 
@@ -156,13 +182,15 @@ class Report:
     def __init__(
         self, out_dir: str | os.PathLike, *, staged: bool = False, overwrite: bool = False
     ) -> None:
-        self.out_dir = Path(out_dir)
+        self.out_dir = Path(check_path(out_dir, "out_dir", "Report"))
         self.files: list[Path] = []
         self.staged = bool(staged)
         self.overwrite = bool(overwrite)
         self._stage: Path | None = None
         if self.staged:
-            check_report_folder(self.out_dir, overwrite=self.overwrite, fn="Report")
+            check_report_folder(
+                self.out_dir, overwrite=self.overwrite, fn="Report", option="`out_dir`"
+            )
 
     def __enter__(self) -> Report:
         return self
@@ -224,6 +252,13 @@ class Report:
     # writers -------------------------------------------------------------
     def add_text(self, filename: str, text: str) -> Path:
         """Write ``text`` to ``out_dir/filename`` atomically (``filename`` includes the suffix)."""
+        if not isinstance(filename, str) or not _NAME.fullmatch(filename):
+            raise ValueError(
+                f"Report.add_text: `filename` must be a file name of letters, digits, '_', '-', "
+                f"'.' (got {filename!r})"
+            )
+        if not isinstance(text, str):
+            raise ValueError(f"Report.add_text: `text` must be a str (got {type(text).__name__})")
         stem, dot, ext = filename.rpartition(".")
         path = self.path(stem, dot + ext) if dot and stem else self.path(filename, "")
         self._ensure_dir()
@@ -232,7 +267,7 @@ class Report:
 
     def add_json(self, name: str, obj: Any) -> Path:
         """Write ``obj`` as strict JSON to ``name.json`` (non-finite floats become ``null``)."""
-        return self.add_text(f"{name}.json", to_json(obj) + "\n")
+        return self.add_text(f"{name}.json", json_text(obj, 2, "Report.add_json", "obj") + "\n")
 
     def add_table(
         self,
@@ -250,10 +285,12 @@ class Report:
         Returns:
             The three paths written.
         """
-        rows = [dict(r) for r in rows]
-        cols = list(columns) if columns is not None else table_columns(rows)
+        fn = "Report.add_table"
+        rows = [dict(r) for r in check_rows(rows, fn)]
+        columns, digits = check_columns(columns, fn), check_digits(digits, fn)
+        cols = columns if columns is not None else table_columns(rows)
         paths = [self.path(name, ext) for ext in (".md", ".csv", ".json")]  # validates name
-        heading = f"## {title}\n\n" if title else ""
+        heading = f"## {printable_name(title)}\n\n" if title else ""
         md = heading + markdown_table(rows, cols, digits)
 
         buffer = io.StringIO()
@@ -280,9 +317,21 @@ class Report:
         return self.add_text(f"{name}.html", render_html(report))
 
     def add_figure(self, name: str, fig: Any, *, dpi: int = 120, close: bool = True) -> Path:
-        """Save a matplotlib figure as ``name.png`` atomically, then close it (``close=True``)."""
+        """Save a matplotlib figure as ``name.png`` atomically, then close it (``close=True``).
+
+        ``dpi``: dots per inch, in ``(0, 1200]`` (the PNG's pixels grow with its square).
+        """
+        if not callable(getattr(fig, "savefig", None)):
+            raise ValueError(
+                f"Report.add_figure: `fig` must be a matplotlib Figure (got {type(fig).__name__})"
+            )
         path = self.path(name, ".png")
         try:
+            ok = isinstance(dpi, (int, float)) and not isinstance(dpi, bool)
+            if not ok or not 0 < dpi <= _MAX_DPI:
+                raise ValueError(
+                    f"Report.add_figure: `dpi` must be a number in (0, {_MAX_DPI}] (got {dpi!r})"
+                )
             self._ensure_dir()
             atomic_write(
                 self._where(path), lambda handle: fig.savefig(handle, format="png", dpi=dpi)

@@ -31,7 +31,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from bensemble._validation import check_positive, check_positive_int
+from bensemble._validation import check_positive, check_positive_int, machine_memory_bytes
 from bensemble.core.ensemble import Ensemble
 from bensemble.search.searchers import _PoolSearch
 from bensemble.search.selection import CachedCriterion, ValidationSet
@@ -61,7 +61,8 @@ class NESBayesianSampler(_PoolSearch):
             criterion scores each member once and SVGD then uses the expected log posterior
             ``sum_p w_ip log pi_p`` as the log-density.
         generator, seed: source of every random choice (pool sampling when the space accepts a
-            generator, Monte Carlo draws, SVGD initialisation).
+            generator, each member's initialisation and training under a seeded and restored
+            global RNG, Monte Carlo draws, SVGD initialisation).
     """
 
     def __init__(
@@ -90,28 +91,40 @@ class NESBayesianSampler(_PoolSearch):
         )
         self.svgd_steps = check_positive_int(svgd_steps, "svgd_steps", fn)
         self.svgd_lr = check_positive(svgd_lr, "svgd_lr", fn)
+        # SVGD holds [M, M, P] float64 differences (and ~3 temporaries of that size)
+        per_pair, memory = 4 * 8 * self.pool_size, machine_memory_bytes()
+        if self.ensemble_size**2 * per_pair > memory:
+            raise ValueError(
+                f"{fn}: `ensemble_size` must be <= {math.isqrt(memory // per_pair)} for a pool of "
+                f"{self.pool_size} so that SVGD's [M, M, P] particle differences fit in this "
+                f"machine's memory ({memory} bytes) (got {self.ensemble_size})"
+            )
         self.pool_: list[nn.Module] | None = None
         self._loader = None  # the loader the cached predictions came from
 
     # ------------------------------------------------------------------ the pool
     def build_pool(self, val_loader) -> NESBayesianSampler:
-        """Train the pool (first call only) and cache predictions and scores on ``val_loader``."""
+        """Train the pool (first call only) and cache predictions and scores on ``val_loader``.
+
+        The validation data are read and checked first, so bad data costs no training; the
+        pool is kept only once every member is trained (a failure leaves nothing half-built).
+        """
         fn = "NESBayesianSampler.build_pool"
+        if self._loader is val_loader and self.pool_ is not None:
+            return self
+        data = ValidationSet(val_loader, fn)
         if self.pool_ is None:
-            self.pool_, self.configs_ = [], []
+            pool, configs = [], []
             for _ in range(self.pool_size):
                 config = sample_config(self.space, self.generator)
-                self.pool_.append(self._train(config))
-                self.configs_.append(config)
-        if self._loader is val_loader:
-            return self
+                pool.append(self._train(config))
+                configs.append(config)
+            self.pool_, self.configs_ = pool, configs
         if isinstance(self.criterion, CachedCriterion):
-            data = ValidationSet(val_loader, fn)
             preds = torch.stack([self._cache(data, m) for m in self.pool_])
             self.pool_predictions_, self.targets_ = preds, data.targets
             scores = self.criterion.score(preds, data.targets)
         else:
-            data = ValidationSet(val_loader, fn)
             self.pool_predictions_, self.targets_ = None, data.targets
             scores = torch.tensor(
                 [float(self.criterion([m], data.batches, self.device)) for m in self.pool_],

@@ -8,14 +8,22 @@ right after it is trained, and every selection works on those cached predictions
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
 
-from bensemble._validation import check_generator, check_positive_int
+from bensemble._validation import (
+    MIN_MEMBER_BYTES,
+    check_allocation,
+    check_count,
+    check_generator,
+    check_positive_int,
+)
 from bensemble.core.ensemble import Ensemble
+from bensemble.methods._member_training import forked_rng
 from bensemble.search.selection import (
     CachedCriterion,
     ValidationSet,
@@ -27,13 +35,18 @@ from bensemble.search.space import SearchSpace, check_space, mutate_config, samp
 
 __all__ = ["EvolutionarySearcher", "RandomSearcher"]
 
+# What a search sets; a failed search restores the previous values.
+_RESULTS = ("pool_", "configs_", "pool_predictions_", "selected_indices_")
+_MISSING = object()
+
 
 class _PoolSearch:
     """Shared validation, training and cached selection of the searchers."""
 
     def _setup(self, fn, space, pool_size, ensemble_size, train_fn, device, criterion, gen, seed):
         self.space = check_space(space, fn)
-        self.pool_size = check_positive_int(pool_size, "pool_size", fn)
+        # at least one network object per pool member before any is built
+        self.pool_size = check_count(pool_size, "pool_size", fn, itemsize=MIN_MEMBER_BYTES)
         self.ensemble_size = check_positive_int(ensemble_size, "ensemble_size", fn)
         if self.ensemble_size > self.pool_size:
             raise ValueError(
@@ -53,6 +66,19 @@ class _PoolSearch:
         self.generator = check_generator(gen, seed, fn)
 
     def _train(self, config: dict) -> nn.Module:
+        """Build and train one pool member.
+
+        With a ``generator`` / ``seed``, the member is built and trained under torch's global
+        RNG seeded from it (and restored afterwards), so initial weights and any randomness of
+        ``train_fn`` (shuffling, dropout) are reproducible: the whole search follows one seed.
+        """
+        if self.generator is None:
+            return self._build_and_train(config)
+        seed = int(torch.randint(0, 2**62, (1,), generator=self.generator))
+        with forked_rng(seed):
+            return self._build_and_train(config)
+
+    def _build_and_train(self, config: dict) -> nn.Module:
         model = self.space.build(config)
         if not isinstance(model, nn.Module):
             raise ValueError(
@@ -64,26 +90,45 @@ class _PoolSearch:
         self.train_fn(model)
         return model
 
-    def _cache(self, data: ValidationSet | None, model: nn.Module) -> torch.Tensor | None:
-        if data is None:
-            return None
-        return data.predict(model, self.criterion.transform, self.device)
+    @contextlib.contextmanager
+    def _keeping_the_previous_search(self) -> Iterator[None]:
+        """A search that raises (bad data, a failing ``train_fn``) leaves the results of the
+        previous search in place, not a half-built pool."""
+        saved = {key: self.__dict__.get(key, _MISSING) for key in _RESULTS}
+        try:
+            yield
+        except BaseException:
+            for key, value in saved.items():
+                if value is _MISSING:
+                    self.__dict__.pop(key, None)
+                else:
+                    self.__dict__[key] = value
+            raise
 
-    def _select(self, models, preds, data, size, loader) -> list[int]:
+    def _cache(self, data: ValidationSet | None, model: nn.Module) -> torch.Tensor | None:
+        if data is None or not isinstance(self.criterion, CachedCriterion):
+            return None
+        preds = data.predict(model, self.criterion.transform, self.device)
+        # the cached [P, N, *] float64 predictions of the whole pool must fit in memory
+        check_allocation(
+            type(self).__name__, "pool_size", self.pool_size, per_count=2 * preds.numel()
+        )
+        return preds
+
+    def _select(self, models, preds, data: ValidationSet, size: int) -> list[int]:
         """Indices of ``models`` chosen by forward selection (cached when possible)."""
         if isinstance(self.criterion, CachedCriterion):
             return select_on_predictions(torch.stack(preds), data.targets, size, self.criterion)
-        chosen = forward_select(models, loader, size, self.device, self.criterion)
+        chosen = forward_select(models, data, size, self.device, self.criterion)
         ids = {id(m): i for i, m in enumerate(models)}
         return [ids[id(m)] for m in chosen]
 
-    def _finish(self, val_loader, val_loader_shift, data) -> Ensemble:
-        loader = val_loader if val_loader_shift is None else val_loader_shift
+    def _finish(self, val_loader_shift, data: ValidationSet) -> Ensemble:
         preds = self.pool_predictions_
-        if val_loader_shift is not None and isinstance(self.criterion, CachedCriterion):
+        if val_loader_shift is not None:
             data = ValidationSet(val_loader_shift, type(self).__name__ + ".search")
             preds = [self._cache(data, m) for m in self.pool_]
-        self.selected_indices_ = self._select(self.pool_, preds, data, self.ensemble_size, loader)
+        self.selected_indices_ = self._select(self.pool_, preds, data, self.ensemble_size)
         return Ensemble.from_models([self.pool_[i] for i in self.selected_indices_])
 
 
@@ -99,7 +144,10 @@ class RandomSearcher(_PoolSearch):
             otherwise never moved; validation batches go to each model's device.
         criterion: lower-is-better ``criterion(members, val_loader, device)``; default
             :data:`~bensemble.search.selection.classification_nll_criterion`.
-        generator, seed: random source passed to ``space.sample`` when it accepts one.
+        generator, seed: random source passed to ``space.sample`` when it accepts one; it also
+            seeds torch's global RNG while each member is built and trained (restored
+            afterwards), so one seed reproduces the whole search. ``None`` (default) leaves
+            building and training to torch's global random state.
 
     Attributes (after :meth:`search`): ``pool_``, ``configs_``, ``pool_predictions_`` (each
     member's cached validation predictions) and ``selected_indices_``.
@@ -128,16 +176,16 @@ class RandomSearcher(_PoolSearch):
         ``val_loader_shift``, when given, replaces ``val_loader`` for the final selection
         (selection under dataset shift).
         """
-        cached = isinstance(self.criterion, CachedCriterion)
-        data = ValidationSet(val_loader, "RandomSearcher.search") if cached else None
-        self.pool_, self.configs_, self.pool_predictions_ = [], [], []
-        for _ in range(self.pool_size):
-            config = sample_config(self.space, self.generator)
-            model = self._train(config)
-            self.pool_.append(model)
-            self.configs_.append(config)
-            self.pool_predictions_.append(self._cache(data, model))
-        return self._finish(val_loader, val_loader_shift, data)
+        with self._keeping_the_previous_search():
+            data = ValidationSet(val_loader, "RandomSearcher.search")  # checked before training
+            self.pool_, self.configs_, self.pool_predictions_ = [], [], []
+            for _ in range(self.pool_size):
+                config = sample_config(self.space, self.generator)
+                model = self._train(config)
+                self.pool_.append(model)
+                self.configs_.append(config)
+                self.pool_predictions_.append(self._cache(data, model))
+            return self._finish(val_loader_shift, data)
 
 
 class EvolutionarySearcher(_PoolSearch):
@@ -185,31 +233,34 @@ class EvolutionarySearcher(_PoolSearch):
 
     def search(self, val_loader, val_loader_shift=None) -> Ensemble:
         """Evolve the pool and return the selected :class:`~bensemble.core.Ensemble`."""
-        cached = isinstance(self.criterion, CachedCriterion)
-        data = ValidationSet(val_loader, "EvolutionarySearcher.search") if cached else None
-        self.pool_, self.configs_, self.pool_predictions_ = [], [], []
+        with self._keeping_the_previous_search():
+            data = ValidationSet(
+                val_loader, "EvolutionarySearcher.search"
+            )  # checked before training
+            self.pool_, self.configs_, self.pool_predictions_ = [], [], []
 
-        def add(config: dict) -> int:
-            model = self._train(config)
-            self.pool_.append(model)
-            self.configs_.append(config)
-            self.pool_predictions_.append(self._cache(data, model))
-            return len(self.pool_) - 1
+            def add(config: dict) -> int:
+                model = self._train(config)
+                self.pool_.append(model)
+                self.configs_.append(config)
+                self.pool_predictions_.append(self._cache(data, model))
+                return len(self.pool_) - 1
 
-        population: deque[int] = deque(
-            add(sample_config(self.space, self.generator)) for _ in range(self.population_size)
-        )
-        while len(self.pool_) < self.pool_size:
-            members = list(population)
-            picks = self._select(
-                [self.pool_[i] for i in members],
-                [self.pool_predictions_[i] for i in members],
-                data,
-                self.num_parent_candidates,
-                val_loader,
+            population: deque[int] = deque(
+                add(sample_config(self.space, self.generator)) for _ in range(self.population_size)
             )
-            draw = int(torch.randint(len(picks), (1,), generator=self.generator))
-            parent = members[picks[draw]]
-            population.append(add(mutate_config(self.space, self.configs_[parent], self.generator)))
-            population.popleft()
-        return self._finish(val_loader, val_loader_shift, data)
+            while len(self.pool_) < self.pool_size:
+                members = list(population)
+                picks = self._select(
+                    [self.pool_[i] for i in members],
+                    [self.pool_predictions_[i] for i in members],
+                    data,
+                    self.num_parent_candidates,
+                )
+                draw = int(torch.randint(len(picks), (1,), generator=self.generator))
+                parent = members[picks[draw]]
+                population.append(
+                    add(mutate_config(self.space, self.configs_[parent], self.generator))
+                )
+                population.popleft()
+            return self._finish(val_loader_shift, data)

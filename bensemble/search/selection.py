@@ -21,10 +21,17 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
-from bensemble._validation import check_positive_int, to_tensor
+from bensemble._validation import (
+    check_allocation,
+    check_finite,
+    check_option,
+    check_positive_int,
+    to_tensor,
+)
 
 __all__ = [
     "CachedCriterion",
@@ -35,6 +42,8 @@ __all__ = [
     "select_on_predictions",
 ]
 
+#: What :class:`CachedCriterion` averages over members: probabilities or raw outputs.
+TRANSFORMS = ("softmax", "identity")
 #: Probabilities are floored here in the NLL criterion, so one confidently wrong sample does not
 #: make every candidate tie at +inf.
 PROB_FLOOR = 1e-12
@@ -66,17 +75,40 @@ class ValidationSet:
                 f"{fn}: `val_loader` must be an iterable of (x, y) batches "
                 f"(got {type(val_loader).__name__})"
             ) from None
-        for batch in iterator:
+        for i, batch in enumerate(iterator):
             if not isinstance(batch, (tuple, list)) or len(batch) < 2:
                 raise ValueError(
                     f"{fn}: each batch of `val_loader` must be a pair (x, y) "
                     f"(got {type(batch).__name__})"
                 )
-            batches.append((batch[0], to_tensor(batch[1], "y", fn)))
+            x, y = batch[0], to_tensor(batch[1], "y", fn)
+            if isinstance(x, np.ndarray):
+                x = to_tensor(x, "x", fn)
+            for name, t in (("inputs x", x), ("targets y", y)):
+                if isinstance(t, torch.Tensor) and t.is_floating_point():
+                    if not bool(torch.isfinite(t).all()):
+                        raise ValueError(
+                            f"{fn}: `val_loader` must yield finite {name} (got NaN or infinity "
+                            f"in batch {i})"
+                        )
+            if y.ndim == 0:
+                raise ValueError(
+                    f"{fn}: `val_loader` must yield targets y with one entry per row (got a "
+                    f"scalar in batch {i})"
+                )
+            batches.append((x, y))
         if not batches:
             raise ValueError(f"{fn}: `val_loader` must yield at least one batch (got none)")
+        if sum(len(y) for _, y in batches) == 0:
+            raise ValueError(f"{fn}: `val_loader` must yield at least one sample (got 0 rows)")
         self.batches = batches
-        self.targets = torch.cat([y for _, y in batches])
+        try:
+            self.targets = torch.cat([y for _, y in batches])
+        except RuntimeError as exc:
+            raise ValueError(
+                f"{fn}: `val_loader` must yield targets of one shape and dtype in every batch "
+                f"({str(exc).splitlines()[0]})"
+            ) from None
 
     def predict(self, model: nn.Module, transform: str = "identity", device=None) -> torch.Tensor:
         """Outputs ``[N, *]`` of ``model`` (eval mode, no grad; modes restored) in float64 on CPU.
@@ -113,8 +145,13 @@ class CachedCriterion:
     """
 
     def __init__(self, name: str, transform: str, score: Callable) -> None:
+        fn = "CachedCriterion"
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{fn}: `name` must be a non-empty string (got {name!r})")
+        self.transform = check_option(transform, "transform", TRANSFORMS, fn)
+        if not callable(score):
+            raise ValueError(f"{fn}: `score` must be callable (got {type(score).__name__})")
         self.name = name
-        self.transform = transform
         self.score = score
         self.__name__ = name
         self.__doc__ = score.__doc__
@@ -177,14 +214,14 @@ classification_nll_criterion = CachedCriterion(
 regression_mse_criterion = CachedCriterion("regression_mse_criterion", "identity", _mse_score)
 
 
-def _pick(scores: torch.Tensor, taken: torch.Tensor, fn: str) -> int:
+def _pick(scores: torch.Tensor, taken: torch.Tensor, fn: str, name: str = "pool") -> int:
     """Index of the lowest score among the untaken candidates; NaN ranks last (with a warning)."""
     scores = scores.clone()
     nan = torch.isnan(scores) & ~taken
     if bool(nan[~taken].all()):
         raise ValueError(
-            f"{fn}: every remaining candidate scored NaN; check the pool members' outputs "
-            "on the validation data"
+            f"{fn}: `{name}` must hold a member with a finite score on the validation data (got "
+            "NaN for every remaining candidate; check the pool members' weights and outputs)"
         )
     if bool(nan.any()):
         warnings.warn(
@@ -208,7 +245,8 @@ def select_on_predictions(
 
     Args:
         member_preds: transformed member predictions ``[P, N, *]`` (probabilities for the NLL
-            criterion, raw outputs for MSE).
+            criterion, raw outputs for MSE); a tensor or numpy array. A member whose predictions
+            hold NaN scores NaN and is ranked last (with a ``RuntimeWarning``).
         targets: ``[N]`` labels or ``[N, *]`` targets, paired with ``member_preds``.
         ensemble_size: members to choose (``<= P``).
         criterion: a :class:`CachedCriterion`.
@@ -217,7 +255,28 @@ def select_on_predictions(
         The chosen pool indices in the order chosen. Ties go to the lower index.
     """
     fn = "select_on_predictions"
+    if not isinstance(criterion, CachedCriterion):
+        raise ValueError(
+            f"{fn}: `criterion` must be a CachedCriterion such as classification_nll_criterion "
+            f"or regression_mse_criterion (got {type(criterion).__name__})"
+        )
+    member_preds = to_tensor(member_preds, "member_preds", fn)
+    if not member_preds.is_floating_point() or member_preds.ndim < 2 or 0 in member_preds.shape:
+        raise ValueError(
+            f"{fn}: `member_preds` must be non-empty floating predictions [P, N, *] (got "
+            f"{member_preds.dtype} of shape {tuple(member_preds.shape)})"
+        )
+    targets = to_tensor(targets, "targets", fn)
+    if targets.is_floating_point():
+        check_finite(targets, "targets", fn)
+    if targets.ndim == 0 or targets.shape[0] != member_preds.shape[1]:
+        raise ValueError(
+            f"{fn}: `targets` must have one entry per prediction, {member_preds.shape[1]} "
+            f"(got shape {tuple(targets.shape)})"
+        )
     n_pool = member_preds.shape[0]
+    # float64 copies: the predictions, the running sum and each step's [P, N, *] candidates
+    check_allocation(fn, "member_preds", member_preds.numel(), per_count=3, itemsize=8)
     ensemble_size = check_positive_int(ensemble_size, "ensemble_size", fn)
     if ensemble_size > n_pool:
         raise ValueError(
@@ -229,7 +288,7 @@ def select_on_predictions(
     chosen: list[int] = []
     for step in range(ensemble_size):
         combined = (running[None] + preds) / (step + 1)
-        best = _pick(criterion.score(combined, targets).cpu(), taken, fn)
+        best = _pick(criterion.score(combined, targets).cpu(), taken, fn, "member_preds")
         chosen.append(best)
         taken[best] = True
         running = running + preds[best]

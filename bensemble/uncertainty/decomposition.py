@@ -150,7 +150,9 @@ def decompose_regression_uncertainty(
     if float(var.min()) < 0.0:
         raise ValueError(f"{fn}: `variances` must be >= 0 (got minimum {float(var.min()):.4g})")
     aleatoric = var.mean(dim=0)
-    epistemic = mu.var(dim=0, unbiased=False)
+    # two passes (mean, then mean squared deviation): the population variance, several times
+    # faster than torch.var over a short member axis on the CPU
+    epistemic = (mu - mu.mean(dim=0)).square().mean(dim=0)
     total = aleatoric + epistemic
     largest = float(total.max()) if total.numel() else 0.0
     if not math.isfinite(largest) or largest > torch.finfo(out).max:

@@ -312,3 +312,59 @@ def test_objects_pickled_before_fixed_members_still_load() -> None:
     x = torch.randn(5, 6, generator=_gen(2))
     assert loaded.predict_all(x).shape == (4, 5, 3)
     assert torch.equal(loaded.predict_all(x), loaded.predict_all(x))
+
+
+# ------------------------------------------------------ issue 19: members in the state_dict
+def _dropout_net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Dropout(0.5), nn.Linear(8, 2))
+
+
+def test_the_state_dict_carries_the_members() -> None:
+    import io
+
+    a = Ensemble.from_stochastic(_dropout_net(), num_samples=5, seed=0)
+    b = Ensemble.from_stochastic(_dropout_net(), num_samples=5, seed=1)
+    x = torch.randn(4, 3)
+    assert not torch.equal(a.predict_members(x), b.predict_members(x))
+    buffer = io.BytesIO()
+    torch.save(a.state_dict(), buffer)
+    buffer.seek(0)
+    b.load_state_dict(torch.load(buffer, weights_only=True))
+    assert torch.equal(a.predict_members(x), b.predict_members(x))
+    assert b.members.seeds == a.members.seeds
+
+
+def test_a_state_dict_saved_before_members_were_saved_still_loads() -> None:
+    a = Ensemble.from_stochastic(_dropout_net(), num_samples=5, seed=0)
+    old = {k: v for k, v in a.state_dict().items() if not k.endswith("_extra_state")}
+    b = Ensemble.from_stochastic(_dropout_net(), num_samples=5, seed=1)
+    b.load_state_dict(old)  # strict: the missing members are not an error; b keeps its own
+    assert b.members.seeds != a.members.seeds
+
+
+def test_a_state_with_other_members_is_refused() -> None:
+    a = Ensemble.from_stochastic(_dropout_net(), num_samples=5, seed=0)
+    b = Ensemble.from_stochastic(_dropout_net(), num_samples=4, seed=0)
+    with pytest.raises(ValueError, match="num_samples=4"):
+        b.load_state_dict(a.state_dict())
+    state = a.state_dict()
+    state["members._extra_state"] = {"seeds": ["x"] * 5, "num_samples": 5}
+    with pytest.raises(ValueError, match="saved members"):
+        a.load_state_dict(state)
+
+
+@pytest.mark.parametrize("kind", ["dropout", "dropconnect", "bayesian"])
+def test_a_member_is_the_same_function_in_float64(kind: str) -> None:
+    torch.manual_seed(0)
+    if kind == "dropout":
+        model = _dropout_net()
+    elif kind == "dropconnect":
+        model = nn.Sequential(DropConnectLinear(3, 8, p=0.4), nn.ReLU(), nn.Linear(8, 2))
+    else:
+        model = nn.Sequential(BayesianLinear(3, 8), nn.ReLU(), BayesianLinear(8, 2))
+    ens = Ensemble.from_stochastic(model, num_samples=6, seed=0)
+    x = torch.randn(5, 3)
+    want = ens.predict_members(x)
+    got = ens.double().predict_members(x.double())
+    torch.testing.assert_close(got.float(), want, rtol=1e-5, atol=1e-5)

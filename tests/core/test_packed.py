@@ -134,3 +134,17 @@ def test_packed_state_dict_and_pickle() -> None:
     loaded = torch.load(buffer, weights_only=False)
     assert loaded.members._cache is None
     torch.testing.assert_close(loaded.predict_members(x), ens.predict_members(x))
+
+
+def test_cache_follows_dtype_and_device_conversions() -> None:
+    """``.double()`` replaces parameter data without a new identity or version."""
+    torch.manual_seed(0)
+    models = [nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 3)) for _ in range(3)]
+    ens = Ensemble.from_models(models, packed=True)
+    x = torch.randn(6, 4)
+    want = ens.predict_members(x)
+    ens.double()
+    got = ens.predict_members(x.double())
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got.float(), want, rtol=1e-5, atol=1e-6)
+    assert torch.equal(ens.float().predict_members(x), want)

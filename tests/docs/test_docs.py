@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -100,30 +101,91 @@ def _mkdocs() -> list[str] | None:
     return [sys.executable, "-m", "mkdocs"]
 
 
-def test_site_builds_strict(tmp_path):
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site built once with ``--strict`` (what ``make docs`` runs)."""
     cmd = _mkdocs()
     if cmd is None:
         pytest.skip("mkdocs-material / mkdocstrings not installed (pip install -e '.[dev]')")
+    out = tmp_path_factory.mktemp("docs") / "site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
     proc = subprocess.run(
-        [*cmd, "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        [*cmd, "build", "--strict", "--site-dir", str(out)],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
         timeout=600,
     )
-    elapsed = time.perf_counter() - start
     assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
-    html = (tmp_path / "site" / "api" / "metrics" / "index.html").read_text(encoding="utf-8")
+    assert time.perf_counter() - start < 600
+    return out
+
+
+def test_site_builds_strict(site):
+    html = (site / "api" / "metrics.html").read_text(encoding="utf-8")
     assert "expected_epistemic_calibration_error" in html
     # Offline: no page may pull fonts or scripts from the network.
-    for page in (tmp_path / "site").rglob("*.html"):
+    for page in site.rglob("*.html"):
         text = page.read_text(encoding="utf-8")
         assert "fonts.googleapis.com" not in text, page
         assert not re.search(r"<script[^>]+src=\"https?://", text), page
-    assert elapsed < 600
+    _assert_readable_from_disk(site)
+
+
+def test_search_works_from_disk(site, tmp_path):
+    """Opened as file://, with no server: a query shows results (needs the local worker shim
+    that ``make docs-assets`` fetches, and chromium, which ``make test`` installs as root)."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium not installed (as root `make test` installs it)")
+    if not (site / "assets" / "vendor" / "iframe-worker-shim.js").is_file():
+        pytest.skip("the search shim was not fetched (`make docs-assets`; npm registry)")
+    profile = tmp_path / "profile"
+    done = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",  # as root (containers, CI); the pages are our own files
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            (site / "index.html").as_uri() + "?q=temperature",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HOME": str(profile)},
+    )
+    found = re.search(r'md-search-result__meta">(\d+) matching document', done.stdout)
+    assert found and int(found.group(1)) >= 1, "search from file:// showed no results"
+
+
+def _assert_readable_from_disk(site: Path) -> None:
+    """Opened as file:// pages: every local link names a file that exists (no directory links,
+    which a browser shows as a listing), and search needs no server (the offline plugin's
+    script-loaded index)."""
+    href = re.compile(r'href="([^"#?]+)')
+    for page in site.rglob("*.html"):
+        if page.name == "404.html":  # served by a web server only; its links are root-relative
+            continue
+        for target in href.findall(page.read_text(encoding="utf-8")):
+            if re.match(r"[a-z]+:", target):  # http:, mailto:, data:
+                continue
+            resolved = (page.parent / target).resolve()
+            assert resolved.is_file(), f"{page.relative_to(site)} links to {target}"
+    assert (site / "search" / "search_index.js").is_file()  # the index as a script, no fetch()
+    index = (site / "index.html").read_text(encoding="utf-8")
+    assert 'src="assets/vendor/iframe-worker-shim.js"' in index  # the worker shim, local
+    if (DOCS / "assets" / "vendor" / "iframe-worker-shim.js").is_file():  # make docs-assets ran
+        assert (site / "assets" / "vendor" / "iframe-worker-shim.js").is_file()
 
 
 def test_every_nav_page_exists():

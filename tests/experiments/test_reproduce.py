@@ -17,27 +17,22 @@ import torch
 from bensemble.cli import main
 from bensemble.experiments._common import (
     aggregate,
-    binary_scores,
     display_rows,
     mean_sd,
-    one_vs_all,
     repeat_seeds,
     single_thread,
 )
-from bensemble.experiments.digits import (
-    PAPER_TABLE1,
-    ConvAutoEncoder,
-    paper_mean,
-    summarize_one_vs_all,
-)
-from bensemble.experiments.fashion import load_fashion_mnist, read_idx
-from bensemble.experiments.noise import _with_ratios
+from bensemble.experiments._scores import binary_scores, one_vs_all
+from bensemble.experiments.autoencoder import ConvAutoEncoder
+from bensemble.experiments.noise import with_ratios
+from bensemble.experiments.paper_values import paper_table
 from bensemble.experiments.reproduce import (
     EXPERIMENTS,
     DataUnavailableError,
     reproduce,
     runner,
 )
+from bensemble.experiments.vision import load_fashion_mnist, read_idx
 from bensemble.methods.zoo import PAPER_ORDER
 
 QUICK = ["--quick", "--no-progress"]
@@ -84,7 +79,7 @@ def test_reproduce_size_quick_with_repeats(tmp_path, capsys):
     table = _table(tmp_path / "size", "size")
     rows = {r["n_train"]: r for r in table["rows"]}
     assert sorted(rows) == [10, 50]
-    assert rows[10]["paper EECE"] == 0.07 and rows[50]["paper EECE"] == 0.007
+    assert rows[10]["paper EECE"] == "0.07" and rows[50]["paper EECE"] == "0.007"
     # The paper's forest cannot split 10 points: one member vector for every test point.
     assert rows[10]["vectors leaf5"] == 1.0
     assert rows[50]["vectors leaf1"] > 1.0
@@ -92,6 +87,10 @@ def test_reproduce_size_quick_with_repeats(tmp_path, capsys):
         assert column in table["columns"]
     assert "±" in out
     assert _pngs(tmp_path / "size") == ["size.png"]
+    verdicts = _table(tmp_path / "size", "size_verdicts")["rows"]
+    assert {v["verdict"] for v in verdicts} == {"not comparable"}  # --quick
+    repeats = _table(tmp_path / "size", "size_repeats")["rows"]
+    assert sorted({r["seed"] for r in repeats}) == [0, 1] and len(repeats) == 4
 
 
 def test_reproduce_noise_quick(tmp_path):
@@ -100,6 +99,7 @@ def test_reproduce_noise_quick(tmp_path):
     assert [r["rho"] for r in table["rows"]] == [0.0, 0.95]
     assert table["rows"][0]["ratio leaf5"] == 1.0
     assert table["rows"][1]["paper ratio"] == "~10"
+    assert table["rows"][0]["paper EECE"].startswith("0.007")  # the paper's absolute level
     ratio = table["rows"][1]["EECE leaf5"] / table["rows"][0]["EECE leaf5"]
     assert math.isclose(table["rows"][1]["ratio leaf5"], ratio, rel_tol=1e-12)
     assert "EECE leaf5 sd" not in table["columns"]  # one repeat: no sd
@@ -115,7 +115,10 @@ def test_reproduce_binning_quick(tmp_path, capsys):
     assert len({r["TECE"] for r in rows}) == 1  # one ensemble, one TECE
     for r in rows:
         assert math.isclose(r["|EECE - TECE|"], abs(r["EECE"] - r["TECE"]), rel_tol=1e-12)
-    assert "smallest mean |EECE - TECE|" in out
+    for r in rows:
+        assert math.isclose(r["EECE - TECE"], r["EECE"] - r["TECE"], rel_tol=1e-12)
+    verdicts = _table(tmp_path / "binning", "binning_verdicts")["rows"]
+    assert [v["row"] for v in verdicts] == ["minimum of |EECE - TECE|", "EECE rises with the bins"]
     assert "n_bins='auto' picks M = 32 at N = 1000" in out
     assert _pngs(tmp_path / "binning") == ["binning.png"]
 
@@ -178,7 +181,8 @@ def test_reproduce_fashion_quick_on_tiny_idx_files(tmp_path):
     assert [r["task"] for r in table["rows"][:3]] == ["T-shirt/top", "Trouser", "mean"]
     # No per-task paper value for Fashion-MNIST; the mean row carries the MNIST mean.
     assert "(" not in table["rows"][0]["Centroids"]
-    assert table["rows"][2]["Centroids"].endswith(f"({paper_mean('accuracy', 'Centroids'):.2f})")
+    mean = paper_table("table1").mean("accuracy", "Centroids").value  # all ten MNIST tasks
+    assert table["rows"][2]["Centroids"].endswith(f"({mean:.2f})")
 
 
 def test_reproduce_fashion_without_data_fails_cleanly(tmp_path, capsys):
@@ -298,55 +302,65 @@ def test_binary_scores_against_closed_forms():
         binary_scores(torch.rand(2, 5, 3), torch.zeros(5, dtype=torch.long))
 
 
-def test_with_ratios_divides_by_first_rho():
+def test_with_ratios_divides_by_the_same_repeats_first_rho():
     rows = [
-        {"rho": 0.0, "EECE leaf5": 0.01, "EECE leaf1": 0.02},
-        {"rho": 0.95, "EECE leaf5": 0.09, "EECE leaf1": 0.1},
+        {"seed": 0, "rho": 0.0, "EECE leaf5": 0.01, "EECE leaf1": 0.02},
+        {"seed": 0, "rho": 0.95, "EECE leaf5": 0.09, "EECE leaf1": 0.1},
+        {"seed": 1, "rho": 0.0, "EECE leaf5": 0.02, "EECE leaf1": 0.05},
+        {"seed": 1, "rho": 0.95, "EECE leaf5": 0.1, "EECE leaf1": 0.1},
     ]
-    out = _with_ratios(rows)
-    assert list(out[0])[:4] == ["rho", "paper ratio", "ratio leaf5", "ratio leaf1"]
-    assert math.isclose(out[1]["ratio leaf5"], 9.0) and math.isclose(out[1]["ratio leaf1"], 5.0)
-    assert out[0]["paper ratio"] == "1" and out[1]["paper ratio"] == "~10"
+    out = with_ratios(rows)
+    assert [r["ratio leaf5"] for r in out] == pytest.approx([1.0, 9.0, 1.0, 5.0])
+    assert [r["ratio leaf1"] for r in out] == pytest.approx([1.0, 5.0, 1.0, 2.0])
 
 
-def test_summarize_one_vs_all_layout_and_paper_lookup():
-    names = ["3vsAll", "7vsAll"]
+def test_one_vs_all_tables_layout_and_paper_lookup():
+    from dataclasses import replace
+
+    from bensemble.experiments._common import RunOptions
+    from bensemble.experiments._one_vs_all_tables import _layout, _per_task, _summary
+    from bensemble.experiments.digits import SPEC
+
+    config = replace(SPEC.configure(RunOptions()), tasks=((3, "3vsAll"), (7, "7vsAll")))
     records = []
-    for r, shift in enumerate((0.0, 0.02)):
-        for t in names:
+    for seed, shift in ((0, 0.0), (1, 0.02)):
+        for task in ("3vsAll", "7vsAll"):
             for j, m in enumerate(PAPER_ORDER):
-                records.append(
-                    {
-                        "task": t,
-                        "method": m,
-                        "accuracy": 0.9 + shift,
-                        "ece": 0.01 * j,
-                        "eece": 0.001 * j + shift + 0.1 * r * 0,
-                    }
-                )
-    tables = summarize_one_vs_all(records, names, paper_by_task=[3, 7])
-    per_task = {(r["task"], r["method"]): r for r in tables["per_task"]}
+                convention = "members" if j not in (0, 3, 4) else config.convention.label
+                records.append({
+                    "seed": seed, "kind": "method", "task": task, "method": m,
+                    "convention": convention, "accuracy": 0.9 + shift, "ece": 0.01 * j,
+                    "eece": 0.001 * j + shift,
+                })  # fmt: skip
+    # another convention's rows never reach the tables
+    records.append({**records[0], "convention": "trust=EU, clipped", "accuracy": 0.0})
+    per_task = {(r["task"], r["method"]): r for r in _per_task(records, config)}
     row = per_task[("7vsAll", "Likelihood")]
     assert math.isclose(row["accuracy"], 0.91) and math.isclose(row["accuracy sd"], 0.02 / 2**0.5)
-    assert row["paper eece"] == PAPER_TABLE1["eece"][7][PAPER_ORDER.index("Likelihood")]
-    summary = {r["method"]: r for r in tables["summary"]}
+    assert row["paper eece"] == 0.14
+    summary = {r["method"]: r for r in _summary(records, config)}
     assert math.isclose(summary["EK-NN"]["ece"], 0.04)
     assert summary["EK-NN"]["ece sd"] == 0.0  # same value on both tasks
-    j = PAPER_ORDER.index("Centroids")
-    paper = statistics.fmean(row[j] for row in PAPER_TABLE1["accuracy"])
-    assert math.isclose(summary["Centroids"]["paper accuracy"], paper)
-    labels = [(r["metric"], r["task"]) for r in tables["table"]]
+    assert math.isclose(summary["Centroids"]["paper accuracy"], (0.88 + 0.94) / 2)  # rows 3, 7
+    layout = _layout(records, config)
+    labels = [(r["metric"], r["task"]) for r in layout]
     assert labels[:3] == [("Acc.", "3vsAll"), ("Acc.", "7vsAll"), ("Acc.", "mean")]
-    assert tables["table"][0]["Centroids"] == "0.91 (0.88)"  # table 1: Centroids, 3vsAll
+    assert layout[0]["Centroids"] == "0.91 (0.88)"  # table 1: Centroids, 3vsAll
 
 
-def test_paper_table1_shape():
+def test_paper_table1_is_the_papers_mnist_table():
+    table = paper_table("table1")
     for metric in ("accuracy", "ece", "eece"):
-        assert len(PAPER_TABLE1[metric]) == 10
-        assert all(len(row) == len(PAPER_ORDER) for row in PAPER_TABLE1[metric])
+        assert len(table.printed[metric]) == 10
+        assert all(len(row) == len(PAPER_ORDER) for row in table.printed[metric])
+    assert table.methods == PAPER_ORDER
     # Spot checks against the paper's table 1.
-    assert PAPER_TABLE1["accuracy"][9][0] == 0.83
-    assert PAPER_TABLE1["eece"][0][PAPER_ORDER.index("Likelihood")] == 0.14
+    assert table.value("accuracy", 9, "Centroids") == "0.83"
+    assert table.value("eece", 0, "Likelihood") == "0.14"
+    assert (
+        table.value("eece", 2, "Centroids") == "0.10"
+        and table.value("ece", 5, "Centroids") == "0.39"
+    )
 
 
 @pytest.mark.parametrize("code", [0x08, 0x09, 0x0B, 0x0C, 0x0D, 0x0E])

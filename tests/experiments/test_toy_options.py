@@ -10,13 +10,8 @@ import pytest
 from bensemble.cli import main
 from bensemble.datasets import make_toy_gaussians
 from bensemble.experiments._common import RunOptions
-from bensemble.experiments.toy import (
-    EPOCHS,
-    FLAT_TOLERANCE,
-    findings,
-    run,
-    toy_config,
-)
+from bensemble.experiments.illustrative import Convention
+from bensemble.experiments.toy import EPOCHS, FLAT_TOLERANCE, run, toy_config
 from bensemble.methods.zoo import LossLog, ZooSettings, member_probs
 
 
@@ -42,7 +37,7 @@ def test_bad_toy_options_fail_before_training(tmp_path, capsys, flag, value, mat
 def test_toy_config_defaults_and_validation():
     config = toy_config(RunOptions())
     assert (config.n_train, config.epochs, config.batch_size) == (10, EPOCHS, None)
-    assert (config.trust, config.clip) == ("reported", False)
+    assert config.convention == Convention("reported", False)
     assert toy_config(RunOptions(quick=True)).epochs < EPOCHS
     for extra in ({"trust": "variance"}, {"clip": "yes"}, {"n_train": 10.0}, {"lr": True}):
         with pytest.raises(ValueError, match="reproduce toy"):
@@ -79,14 +74,19 @@ def test_quick_toy_run_records_training_conventions_and_findings(tmp_path):
     assert all(r["loss change"] is not None and r["train loss"] > 0 for r in nets)
     illus = [r for r in rows if r["group"] == "illustrative"]
     assert {r["convention"] for r in illus} == {"trust=Var(draws), clipped"}
-    both = result.tables["toy_conventions"]
-    assert len(both) == 6
-    assert {r["convention"] for r in both} == {
-        "trust=Var(draws), clipped",
-        "trust=EU, clipped",
-    }
-    verdicts = result.tables["toy_findings"]
-    assert [v["verdict"] in ("holds", "differs") for v in verdicts] == [True] * 3
-    assert verdicts == findings(rows, "trust=Var(draws), clipped")
+    every = result.tables["toy_conventions"]
+    assert len(every) == 12  # three methods under four conventions
+    assert len({r["convention"] for r in every}) == 4
+    verdicts = result.tables["toy_verdicts"]
+    assert [v["row"] for v in verdicts][:2] == [
+        "illustrative methods worst",
+        "Random Forest worst active",
+    ]
+    assert {v["verdict"] for v in verdicts} == {"not comparable"}  # --quick
+    # every caption names the run's convention
+    assert (
+        "[illustrative methods: phi ~ N(h, sqrt(EU)) draws clipped to [0, 1], trust = the "
+        "variance of the draws]" in result.text
+    )
     assert "12 training points" in result.text and "20 epochs" in result.text
     assert "EK-NN: k = 12" not in result.text  # 12 points: the paper's k fits

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bensemble.cli import main
-from bensemble.experiments.one_vs_all import PAPER_TABLE1, PAPER_TABLE2, paper_mean
+from bensemble.experiments.paper_values import paper_table
 from bensemble.plots.scatter import EECEvsECEDisplay, eece_ece_summary
 
 QUICK = ["--quick", "--no-progress"]
@@ -49,8 +49,8 @@ def _table(folder: Path, name: str) -> dict:
 @pytest.mark.parametrize(
     ("experiment", "fake", "first_task", "table"),
     [
-        pytest.param("mnist", _fake_mnist, "0vsAll", PAPER_TABLE1, id="mnist"),
-        pytest.param("cifar10", _fake_cifar, "airplane", PAPER_TABLE2, id="cifar10"),
+        pytest.param("mnist", _fake_mnist, "0vsAll", "table1", id="mnist"),
+        pytest.param("cifar10", _fake_cifar, "airplane", "table2", id="cifar10"),
     ],
 )
 def test_reproduce_vision_quick_on_tiny_files(tmp_path, experiment, fake, first_task, table):
@@ -61,8 +61,9 @@ def test_reproduce_vision_quick_on_tiny_files(tmp_path, experiment, fake, first_
     rows = _table(out / experiment, f"{experiment}_table")["rows"]
     assert rows[0]["task"] == first_task
     # Per task: the paper's value of that task in parentheses; the mean row: the paper's mean.
-    assert rows[0]["Centroids"].endswith(f"({table['accuracy'][0][0]:.2f})")
-    mean = paper_mean("accuracy", "Centroids", table)
+    paper = paper_table(table)
+    assert rows[0]["Centroids"].endswith(f"({paper.value('accuracy', 0, 'Centroids')})")
+    mean = paper.mean("accuracy", "Centroids", [0, 1]).value  # --quick: the first two tasks
     assert rows[2]["task"] == "mean" and rows[2]["Centroids"].endswith(f"({mean:.2f})")
     assert (out / experiment / f"{experiment}_fig4a.png").stat().st_size > 0
 
@@ -78,9 +79,14 @@ def test_reproduce_vision_without_files_exits_2_with_one_line(tmp_path, capsys, 
 
 
 def test_paper_table2_is_the_papers_cifar_table():
-    assert all(len(PAPER_TABLE2[m]) == 10 for m in ("accuracy", "ece", "eece"))
-    assert PAPER_TABLE2["eece"][9][2] == 0.24 and PAPER_TABLE2["ece"][9][2] == 0.19
-    assert PAPER_TABLE2["accuracy"][0] == (0.71, 0.71, 0.93, 0.93, 0.91, 0.91, 0.92, 0.92, 0.92)
+    table = paper_table("table2")
+    assert all(len(table.printed[m]) == 10 for m in ("accuracy", "ece", "eece"))
+    blr = "Bayesian Log. Reg."
+    assert table.value("eece", 9, blr) == "0.24" and table.value("ece", 9, blr) == "0.19"
+    assert table.printed["accuracy"][0] == tuple(
+        "0.71 0.71 0.93 0.93 0.91 0.91 0.92 0.92 0.92".split()
+    )
+    assert table.tasks[0] == "airplane" and table.value("eece", 4, "Likelihood") == "0.13"
 
 
 def test_eece_ece_display_holds_the_summary():
@@ -108,7 +114,26 @@ def test_eece_ece_display_from_rows_takes_the_papers_values_as_reference():
     display = EECEvsECEDisplay.from_rows(rows)
     assert display.reference is not None
     np.testing.assert_allclose(display.reference.ece_mean, [0.3])
-    assert display.n_floored == 1  # the paper's EECE of 0 is drawn at the floor
+    assert display.n_floored == 1  # the paper's EECE of 0 is drawn in the band below the floor
+
+
+def test_fig4a_draws_every_zero_at_its_own_place_in_a_labelled_band():
+    """The paper's five 0.00 EECEs (CIFAR-10) must be five visible points, not one."""
+    import matplotlib.pyplot as plt
+
+    methods = ["A", "B", "C", "D", "E", "F"]
+    rows = [{"method": m, "ece": 0.01 * (i + 1), "eece": 0.0 if i else 0.05,
+             "paper ece": 0.01, "paper eece": 0.0} for i, m in enumerate(methods)]  # fmt: skip
+    display = EECEvsECEDisplay.from_rows(rows).plot()
+    squares = [
+        line for line in display.ax_.lines if line.get_marker() == "s" and line.get_xdata().size
+    ]
+    xs = [float(line.get_xdata()[0]) for line in squares]
+    assert len(xs) == 6 and len(set(xs)) == 6  # distinct places
+    assert all(1e-5 <= x < 1e-4 for x in xs)
+    labels = [t.get_text() for t in display.ax_.get_legend().get_texts()]
+    assert any(label.startswith("< 0.0001") for label in labels)
+    plt.close(display.figure_)
     assert EECEvsECEDisplay.from_rows([{**rows[0], "paper ece": None}]).reference is None
 
 
@@ -116,9 +141,9 @@ def test_cifar_autoencoder_is_the_papers_wider_one():
     from torch import nn
 
     from bensemble.experiments.autoencoder import ConvAutoEncoder
-    from bensemble.experiments.cifar import LATENT_DIM
+    from bensemble.experiments.vision import CIFAR10
 
-    ae = ConvAutoEncoder(side=32, latent_dim=LATENT_DIM, channels=3)
+    ae = ConvAutoEncoder(side=32, latent_dim=CIFAR10.latent_dim, channels=3)
     convs = [m for m in ae.encoder if isinstance(m, nn.Conv2d)]
     assert [(c.in_channels, c.out_channels, c.stride) for c in convs] == [
         (3, 16, (2, 2)),

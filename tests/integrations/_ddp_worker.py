@@ -55,6 +55,38 @@ def feed(objects, members, y, idx):
             obj.update(members[:, idx].mean(0), y[idx])
 
 
+def mismatches(rank, members, y, centroids, idx) -> dict:
+    """Ranks built with other centroids, or fed other class counts: every rank refuses (the
+    same ValueError everywhere, no hang) and keeps its local state."""
+    from bensemble.integrations import sync_
+    from bensemble.integrations import torchmetrics as tm
+    from bensemble.metrics import CalibrationErrorMeter, EECEMeter
+
+    out = {}
+    shifted = centroids + 0.01 * rank
+    k = K - rank  # rank 1 sees one class fewer
+    probs = torch.softmax(members[:, idx, :k].mean(0).log(), -1)
+    cases = {
+        "eece": (EECEMeter(shifted), tm.ExpectedEpistemicCalibrationError(shifted)),
+        "ece": (CalibrationErrorMeter(10), tm.ExpectedCalibrationError(10)),
+    }
+    for name, (meter, metric) in cases.items():
+        args = (members[:, idx], y[idx]) if name == "eece" else (probs, y[idx] % k)
+        meter.update(*args)
+        metric.update(*args)
+        local = {key: v.clone() for key, v in meter.state.items()}
+        counts = metric.counts.clone()
+        for kind, call in (("meter", lambda m=meter: sync_(m)), ("tm", metric.compute)):
+            try:
+                call()
+                out[f"refused/{kind}/{name}"] = ""
+            except ValueError as exc:
+                out[f"refused/{kind}/{name}"] = str(exc)
+        out[f"kept/meter/{name}"] = all(torch.equal(local[key], meter.state[key]) for key in local)
+        out[f"kept/tm/{name}"] = torch.equal(counts, metric.counts) and not metric._is_synced
+    return out
+
+
 def worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
@@ -71,6 +103,7 @@ def worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
             out[f"meter/{name}"] = sync_(ms[name]).compute()
             out[f"tm/{name}"] = float(tms[name].compute())
             out[f"n/{name}"] = ms[name].n_samples
+        out.update(mismatches(rank, members, y, centroids, idx))
         torch.save(out, f"{out_dir}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()

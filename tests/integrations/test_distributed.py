@@ -48,4 +48,11 @@ def test_two_gloo_ranks_sync_to_the_single_process_values(tmp_path):
             # the all-reduce adds the same two float64 states as a local merge: bit-identical
             assert out[f"meter/{name}"] == merged[name], name
             assert out[f"tm/{name}"] == merged[name], name
-            assert out[f"meter/{name}"] == pytest.approx(one_shot[name], abs=1e-12, rel=1e-12)
+            assert out[f"meter/{name}"] == pytest.approx(one_shot[name], abs=1e-12, rel=1e-10)
+        # ranks with other centroids / class counts are refused everywhere, local states kept
+        for kind in ("meter", "tm"):
+            assert "same settings on every rank" in out[f"refused/{kind}/eece"] or (
+                "settings fingerprints" in out[f"refused/{kind}/eece"]
+            )
+            assert "classes" in out[f"refused/{kind}/ece"], out[f"refused/{kind}/ece"]
+            assert out[f"kept/{kind}/eece"] and out[f"kept/{kind}/ece"]

@@ -226,3 +226,40 @@ def test_conv_pruning_excludes_pruned_weights_from_kl_and_snr():
     layer.force_sample = False
     layer.eval()
     torch.testing.assert_close(layer(x), torch.nn.functional.conv2d(x, w_mu, b_mu))
+
+
+# ------------------------------------------------------------ issue 19: dtype, state, members
+def test_a_pruned_layer_state_dict_prunes_a_fresh_layer_the_same_way() -> None:
+    torch.manual_seed(0)
+    layer = BayesianLinear(6, 4)
+    layer.apply_pruning(threshold=5.0)
+    fresh = BayesianLinear(6, 4)
+    fresh.load_state_dict(layer.state_dict())
+    assert torch.equal(fresh.w_mask, layer.w_mask)
+    assert torch.isfinite(fresh.kl_divergence())
+    assert torch.equal(fresh.kl_divergence(), layer.kl_divergence())
+    fresh.load_state_dict(BayesianLinear(6, 4).state_dict())  # an unpruned state unprunes
+    assert "w_mask" not in dict(fresh.named_buffers())
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+def test_a_weight_draw_is_the_same_in_every_dtype(dtype) -> None:
+    torch.manual_seed(0)
+    layer = BayesianLinear(5, 3)
+    w32, b32 = layer.sample_weights(torch.Generator().manual_seed(4))
+    w, b = layer.to(dtype).sample_weights(torch.Generator().manual_seed(4))
+    tol = {torch.float64: 1e-6, torch.float16: 2e-3, torch.bfloat16: 2e-2}[dtype]
+    torch.testing.assert_close(w.float(), w32, rtol=tol, atol=tol)
+    torch.testing.assert_close(b.float(), b32, rtol=tol, atol=tol)
+
+
+def test_conversions_reach_every_parameter_of_a_bayesian_network() -> None:
+    net = torch.nn.Sequential(BayesianLinear(3, 4), torch.nn.ReLU(), BayesianConv2d(1, 2, 3))
+    for convert, dtype in (
+        ("double", torch.float64),
+        ("half", torch.float16),
+        ("float", torch.float32),
+    ):
+        getattr(net, convert)()
+        assert {p.dtype for p in net.parameters()} == {dtype}
+    assert net.share_memory() is net

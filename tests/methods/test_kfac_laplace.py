@@ -43,7 +43,7 @@ def test_linear_gaussian_posterior_covariance_is_closed_form(n_batches) -> None:
     _set_mean(model, mean)
     loader = DataLoader(TensorDataset(x, y), batch_size=-(-200 // n_batches))
     la = LaplaceApproximation(model, "regression", prior_precision=tau, damping=0.0)
-    la.compute_curvature(loader, num_samples=10_000)
+    la.compute_curvature(loader)
     la.sigma_noise = sigma
     # the estimated noise (residual RMS) is close to the true one
     assert la.sigma_noise_ == pytest.approx(sigma, rel=0.15)
@@ -143,7 +143,7 @@ def test_ensemble_from_posterior_and_build_ensemble() -> None:
     model = nn.Sequential(nn.Linear(5, 10), nn.ReLU(), nn.Linear(10, 3))
     x, y = torch.randn(20, 5), torch.randint(0, 3, (20,))
     la = LaplaceApproximation(model, likelihood="classification")
-    la.compute_curvature(DataLoader(TensorDataset(x, y), batch_size=5), num_samples=10)
+    la.compute_curvature(DataLoader(TensorDataset(x, y), batch_size=5))
     assert la.dataset_size == 20
     ens = Ensemble.from_posterior(la, n_members=5)
     assert ens.predict_members(x).shape == (5, 20, 3)
@@ -194,8 +194,10 @@ def test_bad_arguments_raise_value_errors() -> None:
     la = LaplaceApproximation(model)
     with pytest.raises(ValueError, match="call compute_curvature first"):
         la.sample_models(2)
-    with pytest.raises(ValueError, match="one target per model output"):
+    with pytest.raises(ValueError, match="`likelihood` could not be inferred"):
         la.compute_curvature((torch.randn(4, 2), torch.randn(4, 3)))
+    with pytest.raises(ValueError, match="one target per model output"):
+        LaplaceApproximation(model, "regression").fit((torch.randn(4, 2), torch.randn(4, 3)))
 
 
 def test_conv_layer_single_position_factors_equal_autograd_ggn() -> None:

@@ -180,3 +180,114 @@ def test_api_and_errors() -> None:
     )
     assert set(history) == {"train_rmse", "train_nlpd", "val_rmse", "val_nlpd"}
     assert pbp.build_ensemble(n_members=3).num_members == 3
+
+
+# ----------------------------------------------------------- issue 19: inputs checked, dtypes
+
+
+def _xy(n: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.randn(n, 2, generator=torch.Generator().manual_seed(3), dtype=F64)
+    return x, x.sum(1)
+
+
+def _with_nan(t: torch.Tensor, value: float = math.nan) -> torch.Tensor:
+    t = t.clone()
+    t.view(-1)[1] = value
+    return t
+
+
+@pytest.mark.parametrize(
+    "data, argument",
+    [
+        pytest.param(lambda: [(_with_nan(_xy()[0]), _xy()[1])], "x", id="nan-x"),
+        pytest.param(lambda: [(_with_nan(_xy()[0], math.inf), _xy()[1])], "x", id="inf-x"),
+        pytest.param(lambda: [(_xy()[0], _with_nan(_xy()[1]))], "y", id="nan-y"),
+        pytest.param(lambda: [(torch.zeros(0, 2), torch.zeros(0))], "loader", id="no-sample"),
+        pytest.param(lambda: [], "loader", id="no-batch"),
+        pytest.param(lambda: [(torch.randn(4, 3), torch.randn(4))], "x", id="wrong-width"),
+        pytest.param(lambda: [(["a", "b"], [1.0, 2.0])], "x", id="strings"),
+        pytest.param(lambda: 5, "loader", id="not-iterable"),
+    ],
+)
+def test_fit_refuses_bad_data_with_a_value_error(data, argument) -> None:
+    pbp = PBPEngine(layer_sizes=[2, 4, 1])
+    with pytest.raises(ValueError) as info:
+        pbp.fit(data(), num_epochs=1)
+    assert argument in str(info.value)
+    assert not pbp.is_fitted
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        pytest.param({"noise_alpha": 1.0}, id="alpha=1: infinite noise variance"),
+        pytest.param({"noise_alpha": 0.5}, id="alpha<1: negative noise variance"),
+        pytest.param({"noise_alpha": 1.0 + 1e-17}, id="alpha-1 rounds to 0"),
+        pytest.param({"noise_beta": 1e308, "noise_alpha": 1.0 + 1e-10}, id="variance overflows"),
+        pytest.param({"noise_alpha": math.inf}, id="infinite alpha"),
+        pytest.param({"weight_alpha": 1.0}, id="infinite prior variance"),
+        pytest.param({"weight_beta": math.nan}, id="nan beta"),
+    ],
+)
+def test_gamma_hyperparameters_must_give_a_finite_positive_variance(kwargs) -> None:
+    name = next(iter(kwargs)).split("_")[0]
+    with pytest.raises(ValueError, match=f"`{name}_"):
+        PBPEngine(layer_sizes=[2, 4, 1], **kwargs)
+
+
+def test_predict_refuses_non_finite_inputs_and_models_with_nan_means() -> None:
+    pbp = PBPEngine(layer_sizes=[2, 4, 1])
+    pbp.fit([_xy()], num_epochs=1)
+    with pytest.raises(ValueError, match="`x` must be finite"):
+        pbp.predict(_with_nan(_xy()[0]))
+    net = PBPNet([2, 4, 1])
+    with torch.no_grad():
+        net.layers[0].m[0, 0] = math.nan
+    with pytest.raises(ValueError, match="`model` must have finite weight means"):
+        PBPEngine(model=net)
+
+
+def test_update_size_beyond_memory_is_refused(monkeypatch) -> None:
+    import bensemble._scalar_checks as checks
+
+    monkeypatch.setattr(checks, "MEMORY_OVERRIDE", 10_000)
+    pbp = PBPEngine(layer_sizes=[2, 16, 1])
+    with pytest.raises(ValueError, match=r"`update_size` must be <= \d+"):
+        pbp.fit([_xy(64)], num_epochs=1, update_size=64)
+
+
+@pytest.mark.parametrize("convert", ["float", "half", "double"])
+def test_pbp_net_follows_dtype_conversions(convert: str) -> None:
+    torch.manual_seed(0)
+    net = PBPNet([2, 5, 1])
+    x = _xy()[0]
+    want = net(x)
+    moved = getattr(net, convert)()
+    expected = {"float": torch.float32, "half": torch.float16, "double": torch.float64}[convert]
+    assert moved.dtype == moved.layers[0].m.dtype == expected
+    back = moved.double()
+    tol = {"float": 1e-6, "half": 2e-2, "double": 0.0}[convert]
+    torch.testing.assert_close(back(x), want, rtol=tol, atol=tol * float(want.abs().max()))
+
+
+def test_an_engine_takes_its_dtype_from_the_model_and_samples_follow_conversions() -> None:
+    torch.manual_seed(0)
+    pbp = PBPEngine(model=PBPNet([2, 4, 1]).float())
+    assert pbp.dtype == torch.float32
+    pbp.fit([_xy()], num_epochs=1)
+    mean, var = pbp.predict(_xy()[0])
+    assert mean.dtype == torch.float32 and bool((var > 0).all())
+    member = pbp.sample_models(1, generator=torch.Generator().manual_seed(0))[0]
+    out32 = member(_xy()[0])
+    torch.testing.assert_close(member.double()(_xy()[0]).float(), out32, rtol=1e-5, atol=1e-6)
+
+
+def test_bad_validation_data_is_refused_before_q_changes() -> None:
+    pbp = PBPEngine(layer_sizes=[2, 4, 1])
+    before = [layer.m.clone() for layer in pbp.model.layers]
+    with pytest.raises(ValueError, match="`y` must be finite"):
+        pbp.fit([_xy()], val_loader=[(_xy()[0], _with_nan(_xy()[1]))], num_epochs=2)
+    assert all(torch.equal(a, layer.m) for a, layer in zip(before, pbp.model.layers))
+    assert not pbp.is_fitted
+    with pytest.raises(ValueError, match="`x` must be \\[B, D\\]"):
+        pbp.fit([(torch.tensor(1.0), torch.tensor(2.0))], num_epochs=1)

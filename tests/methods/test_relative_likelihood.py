@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -188,36 +190,108 @@ def test_plausibility_validation(p, n, arg):
 
 
 # ----------------------------------------------------------------------------- variants
-def _variant_reference(x_train, y_train, x_eval, k, supports, eu):
-    """Loop reference with numpy distances and the brentq plausibilities above."""
+def _reference_scipy_argmax(p: float, n: float) -> float:
+    """Where min(L(theta), 2 theta - 1) peaks on [1/2, 1], by bounded Brent (the author's
+    ``opt.x``); the end point 1 is checked since the bounded search never evaluates it."""
+
+    def neg(t):
+        return -min(_relative_likelihood_np(t, p, n), 2 * t - 1)
+
+    opts = {"xatol": 1e-12, "maxiter": 2000}
+    r = optimize.minimize_scalar(neg, bounds=(0.5, 1.0), method="bounded", options=opts)
+    return 1.0 if neg(1.0) <= r.fun else float(r.x)
+
+
+def _variant_reference(x_train, y_train, x_eval, k, supports, eu, rescale="none"):
+    """Loop reference with numpy distances and the scipy plausibilities above."""
     x_train, x_eval = np.asarray(x_train, float), np.asarray(x_eval, float)
+    if rescale == "unit_variance":
+        scale = np.sqrt(x_train.var(axis=0).mean())
+        x_train, x_eval = x_train / scale, x_eval / scale
     y_train = np.asarray(y_train)
     hs, eus = [], []
     for x in x_eval:
         d = np.sqrt(((x_train - x) ** 2).sum(1))
         idx = np.argsort(d, kind="stable")[:k]
-        w = np.ones(k) if supports == "count" else 1.0 / (1.0 + d[idx])
+        w = {"count": np.ones(k), "distance": 1.0 / (1.0 + d[idx]), "inverse_distance": 1 / d[idx]}
+        w = w[supports]
         p = float((w * (y_train[idx] == 1)).sum())
         n = float((w * (y_train[idx] == 0)).sum())
+        if supports == "inverse_distance":
+            p, n = math.ceil(p), math.ceil(n)
         pi1, pi0 = _reference_scipy_crossing(p, n), _reference_scipy_crossing(n, p)
         hs.append(p / (p + n))
         if eu == "min":
             eus.append(min(pi1, pi0))
         elif eu == "paper":
             eus.append(1.0 - max(pi1, pi0))
+        elif eu == "argmax":
+            eus.append(min(_reference_scipy_argmax(p, n), _reference_scipy_argmax(n, p)))
         else:
             eus.append(float(_relative_likelihood_np(0.5, p, n)))
     return np.array(hs), np.array(eus)
 
 
-@pytest.mark.parametrize("supports", ["count", "distance"])
-@pytest.mark.parametrize("eu", ["min", "paper", "crossing"])
+@pytest.mark.parametrize("supports", ["count", "distance", "inverse_distance"])
+@pytest.mark.parametrize("eu", ["min", "paper", "crossing", "argmax"])
 def test_variants_match_a_scipy_loop_reference(supports, eu):
     train, test = make_toy_gaussians(40, seed=0), make_toy_gaussians(25, seed=1)
     model = RelativeLikelihood(n_neighbors=7, supports=supports, eu=eu).fit(train.x, train.y)
     h_ref, eu_ref = _variant_reference(train.x, train.y, test.x, 7, supports, eu)
     np.testing.assert_allclose(model.predict_proba(test.x)[:, 1].numpy(), h_ref, atol=1e-12)
+    # the argmax reference is a bounded Brent search for a kink: ~1e-8 in theta
+    tol = 1e-7 if eu == "argmax" else 1e-9
+    np.testing.assert_allclose(model.epistemic_uncertainty(test.x).numpy(), eu_ref, atol=tol)
+
+
+def test_argmax_reading_is_at_least_one_half():
+    train, test = make_toy_gaussians(40, seed=0), make_toy_gaussians(200, seed=1)
+    eu = (
+        RelativeLikelihood.reading("author-code")
+        .fit(train.x, train.y)
+        .epistemic_uncertainty(test.x)
+    )
+    assert float(eu.min()) >= 0.5 and float(eu.max()) <= 1.0
+
+
+def test_rescaled_reading_is_scale_free_and_matches_the_reference():
+    train, test = make_toy_gaussians(40, seed=0), make_toy_gaussians(25, seed=1)
+    model = RelativeLikelihood.reading("rescaled-distance").fit(train.x, train.y)
+    h_ref, eu_ref = _variant_reference(
+        train.x, train.y, test.x, 10, "distance", "crossing", "unit_variance"
+    )
     np.testing.assert_allclose(model.epistemic_uncertainty(test.x).numpy(), eu_ref, atol=1e-9)
+    np.testing.assert_allclose(model.predict_proba(test.x)[:, 1].numpy(), h_ref, atol=1e-12)
+    big = RelativeLikelihood.reading("rescaled-distance").fit(7.0 * train.x, train.y)
+    torch.testing.assert_close(
+        big.epistemic_uncertainty(7.0 * test.x), model.epistemic_uncertainty(test.x)
+    )
+    raw = RelativeLikelihood(supports="distance", eu="crossing").fit(7.0 * train.x, train.y)
+    assert not torch.allclose(
+        raw.epistemic_uncertainty(7.0 * test.x), model.epistemic_uncertainty(test.x)
+    )
+
+
+def test_named_readings():
+    from bensemble.methods.relative_likelihood import READINGS
+
+    author = RelativeLikelihood.reading("author-code")
+    assert (author.n_neighbors, author.supports, author.eu) == (7, "inverse_distance", "argmax")
+    assert READINGS["nguyen"] == {
+        "n_neighbors": 10,
+        "supports": "count",
+        "eu": "min",
+        "rescale": "none",
+    }
+    with pytest.raises(ValueError, match="`name`.*author-code"):
+        RelativeLikelihood.reading("author")
+
+
+def test_inverse_distance_supports_by_hand():
+    # neighbours of 0.0 at distances 0.5 (y=1), 1 (y=1), 2 (y=0): ceil(2 + 1) = 3, ceil(0.5) = 1
+    model = RelativeLikelihood(n_neighbors=3, supports="inverse_distance", eu="min")
+    model.fit([[0.5], [-1.0], [2.0], [9.0]], [1, 1, 0, 0])
+    torch.testing.assert_close(model.predict_proba([[0.0]])[:, 1], torch.tensor([0.75]).double())
 
 
 def test_default_variant_is_nguyen_counts():
@@ -259,21 +333,32 @@ def test_variant_options_are_validated(kwargs, match):
         RelativeLikelihood(**kwargs)
 
 
+def test_rescale_option_is_validated():
+    with pytest.raises(ValueError, match="`rescale`.*unit_variance"):
+        RelativeLikelihood(rescale="standard")
+
+
 def test_likelihood_variant_table_on_a_small_task():
-    from bensemble.experiments.digits import paper_mean
+    from bensemble.experiments.illustrative import Convention
     from bensemble.experiments.likelihood_variants import (
+        VARIANTS,
         likelihood_variant_records,
         likelihood_variant_table,
     )
 
     train, test = make_toy_gaussians(40, seed=0), make_toy_gaussians(30, seed=1)
-    records = likelihood_variant_records(
-        train.x, train.y, test.x, test.y, [(1, "pos")], seed=0, n_bins=3, n_members=5
-    )
-    assert len(records) == 6
-    rows = likelihood_variant_table(records, paper_mean("eece", "Likelihood"))
-    assert [(r["supports"], r["eu"]) for r in rows] == [
-        (s, e) for s in ("count", "distance") for e in ("min", "paper", "crossing")
-    ]
-    assert all(r["paper EECE"] == pytest.approx(0.14, abs=0.005) for r in rows)
+    records = []
+    for task in ((1, "pos"), (0, "neg")):
+        records += likelihood_variant_records(
+            (train.x, train.y), (test.x, test.y), task, convention=Convention(), seed=0,
+            n_bins=3, n_members=5,
+        )  # fmt: skip
+    assert len(records) == 2 * len(VARIANTS)
+    rows = likelihood_variant_table(records, quick=False, reading_in_use="rescaled-distance")
+    assert [r["reading"] for r in rows] == list(VARIANTS)
+    assert [r["in tables"] for r in rows].count("yes") == 1
+    assert all(r["paper EECE (MNIST)"] == "0.14" for r in rows)
     assert all(0.0 <= r["mean EU"] <= 1.0 for r in rows)
+    author = next(r for r in rows if r["reading"] == "author-code")
+    assert author["mean EU"] >= 0.5  # the argmax reading
+    assert {r["vs 0.14"] for r in rows} <= {"holds", "differs"}

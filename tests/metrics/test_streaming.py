@@ -108,7 +108,7 @@ def test_merge_empty_meters_and_class_mismatch():
     a.merge(b)
     assert a.compute() == b.compute()
     c = CalibrationErrorMeter(7).update(*_probs(4, 10, 4))
-    with pytest.raises(ValueError, match="merge: `other` must have seen 3 classes"):
+    with pytest.raises(ValueError, match="merge: `other` must be for 3 classes"):
         a.merge(c)
 
 

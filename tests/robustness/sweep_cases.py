@@ -5,8 +5,11 @@ See test_sweep.py.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
@@ -18,6 +21,33 @@ EXAMPLES = int(os.environ.get("SWEEP_EXAMPLES", "4"))
 F64 = torch.float64
 CALL_LIMIT_S = 20.0  # one call taking longer is a defect (a hang), not a slow test
 TOL = 1e-6  # slack on range bounds; widened to K ulps of the input dtype (see _tol)
+
+
+# ----------------------------------------------------------------------------- time limit
+class _Hang(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """Turn a hang into a failure (SIGALRM; a no-op where signals are unavailable)."""
+    if (
+        not hasattr(signal, "setitimer")
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        yield
+        return
+
+    def _raise(signum, frame):
+        raise _Hang(f"did not return within {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, _raise)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 # ----------------------------------------------------------------------------- array kinds
@@ -42,6 +72,9 @@ KINDS = {
     "centroids": (True, True, False),  # [C, D] real, C = 3
     "x": (True, True, False),  # [N, K] real, elementwise functions
     "points": (True, False, False),  # [N, 2] real inputs of the toy problem
+    "reg_member": (True, False, True),  # [M, N, 2] regression members: (mean, variance >= 0)
+    "index": (False, False, False),  # [N] int64 global row numbers (any order, from an offset)
+    "coordinates": (True, True, False),  # [K] real: one vector (K plays its length)
 }
 
 
@@ -60,6 +93,7 @@ class Case:
     scale: float
     seed: int
     detail: str = ""
+    corrupted: str = ""  # the argument the nan / inf scenario put a non-finite value into
 
     def describe(self) -> str:
         dtype = str(self.dtype).replace("torch.", "")
@@ -90,6 +124,9 @@ def _make(kind: str, case: Case, g: torch.Generator) -> torch.Tensor:
         return torch.randn(m, n, generator=g, dtype=F64) * s
     if kind == "variances":
         return torch.rand(m, n, generator=g, dtype=F64) * s
+    if kind == "reg_member":
+        mean = torch.randn(m, n, generator=g, dtype=F64) * s
+        return torch.stack([mean, 0.01 + torch.rand(m, n, generator=g, dtype=F64) * s], -1)
     if kind == "labels":
         return torch.randint(0, k, (n,), generator=g)
     if kind == "binary_labels":
@@ -102,6 +139,10 @@ def _make(kind: str, case: Case, g: torch.Generator) -> torch.Tensor:
         return torch.randn(n, generator=g, dtype=F64) * s
     if kind == "sets":
         return torch.rand(n, k, generator=g) < 0.5
+    if kind == "index":
+        return torch.randperm(n, generator=g) + int(torch.randint(0, 10**6, (), generator=g))
+    if kind == "coordinates":
+        return torch.randn(k, generator=g, dtype=F64) * s
     raise KeyError(kind)
 
 
@@ -110,7 +151,7 @@ def _extreme(kind: str, x: torch.Tensor, dtype: torch.dtype, g: torch.Generator)
     if x.numel() == 0:
         return x
     info = torch.finfo(dtype)
-    if kind in ("logits", "scores", "means", "vectors", "x", "points"):
+    if kind in ("logits", "scores", "means", "vectors", "x", "points", "coordinates"):
         # logits and scores up to the dtype's maximum (softmax and ranks are shift- and
         # scale-robust); other real values up to 1e30, whose squares a float64 still holds
         sizes = [1e4, 1e30, info.max / 4] if kind in ("logits", "scores") else [1e4, 1e30]
@@ -124,6 +165,12 @@ def _extreme(kind: str, x: torch.Tensor, dtype: torch.dtype, g: torch.Generator)
         return (x > 0.5).to(F64)
     if kind == "variances":
         return torch.where(x > 0.5, torch.zeros_like(x), x * 1e30)
+    if kind == "reg_member":  # means up to 1e30, variances 0 (atoms) or 1e30-sized
+        mean, var = (
+            _extreme("means", x[..., 0], dtype, g),
+            _extreme("variances", x[..., 1], dtype, g),
+        )
+        return torch.stack([mean, var], -1)
     return x
 
 
@@ -264,6 +311,47 @@ def _entropy(value: Any, case: Case) -> None:
 def _centroids(value: Any, case: Case) -> None:
     _finite(value)
     assert value.ndim == 2 and value.shape[1] == case.k and 1 <= value.shape[0] <= 3
+
+
+def _selective(value: Any, case: Case) -> None:
+    """``(auroc [R + 1], aurc [R + 1])`` in [0, 1], NaN only where documented: the AUROC of a
+    replicate without an error or a correct point, the AURC of a replicate holding no sample
+    (every weight 0, likely with a few samples); the data's AURC (row 0) is finite."""
+    auroc, aurc = value
+    assert auroc.dtype == F64 and aurc.dtype == F64 and auroc.shape == aurc.shape
+    assert not torch.isinf(auroc).any() and not torch.isinf(aurc).any(), f"{auroc} {aurc}"
+    assert not torch.isnan(aurc[0]), f"the data's AURC is NaN: {aurc}"
+    for name, values in (("AUROC", auroc), ("AURC", aurc)):
+        known = values[~torch.isnan(values)]  # float64 sums: 1 + 4e-16 when all are errors
+        assert ((known >= -TOL) & (known <= 1 + TOL)).all(), f"{name} replicates {values}"
+
+
+def _intervals(value: Any, case: Case) -> None:
+    """``{name: Interval | None}``: finite ends in [0, 1], low <= high."""
+    assert isinstance(value, dict) and value
+    for name, interval in value.items():
+        if interval is None:
+            continue
+        _finite(interval, name)
+        for end in (interval.point, interval.low, interval.high):
+            assert isinstance(end, float) and -TOL <= end <= 1 + TOL, f"{name}: {interval}"
+        assert interval.low <= interval.high, f"{name}: {interval}"
+
+
+def _ends(value: Any, case: Case) -> None:
+    """``(low, high)`` floats, finite, ``low <= high`` (or ``None``: too few finite values)."""
+    if value is None:
+        return
+    low, high = value
+    assert isinstance(low, float) and isinstance(high, float), f"ends {value!r}"
+    _finite(value)
+    assert low <= high, f"low {low} > high {high}"
+
+
+def _l1_ends(value: Any, case: Case) -> None:
+    """``0 <= low <= high`` and finite."""
+    _ends(value, case)
+    assert value[0] >= 0.0, f"low {value[0]} < 0"
 
 
 def _bin_ids(value: Any, case: Case) -> None:

@@ -1,6 +1,10 @@
 """The sweep's registry: every public array-taking function, its array kinds, its checks.
 
-See test_sweep.py.
+Generated from the public API (issue 19): every public function whose required arguments are
+glossary names (``probs``, ``logits``, ``member_probs``, ``labels``, ``targets``, ...; see
+:data:`GLOSSARY`) gets an entry with the kinds those names stand for, checked by :data:`CHECKS`
+(finite numbers by default). :data:`OVERRIDES` lists only what cannot be inferred. See
+test_sweep.py.
 """
 
 from __future__ import annotations
@@ -20,16 +24,22 @@ from bensemble import calibration as cal
 from bensemble import conformal as conf
 from bensemble import datasets, losses, metrics, utils
 from bensemble import uncertainty as unc
+from bensemble.metrics import intervals
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from public_api import public_functions  # noqa: E402
 from sweep_cases import (  # noqa: E402
     Case,
     _bin_ids,
     _binned,
     _centroids,
+    _ends,
     _entropy,
+    _finite,
     _in,
+    _intervals,
+    _l1_ends,
     _nonnegative,
     _per_class,
     _quantile,
@@ -37,6 +47,7 @@ from sweep_cases import (  # noqa: E402
     _reliability,
     _reports,
     _same_shape_as_input,
+    _selective,
     _sets,
     _split,
     _stratified,
@@ -57,6 +68,7 @@ class Entry:
     overflows: bool = False  # its true value of 1e30-sized input exceeds the dtype: no extreme
     with_k: bool = False  # called with num_classes=K
     tensor_only: bool = False  # an autograd module: numpy / lists refused with a ValueError
+    nonfinite_ok: tuple[str, ...] = ()  # arguments where NaN / inf is documented valid (dropped)
     min_k: int = 1
     max_k: int = 1000
 
@@ -131,16 +143,51 @@ def _tece(member_probs, eta):
 
 
 P, L, MEM = "probs", "labels", "member"
-REGISTRY: list[Entry] = [
+#: What a generated entry's result must look like (default: every number finite).
+CHECKS: dict[str, Callable[[Any, Case], None]] = {
+    "accuracy": _in(0, 1),
+    "brier_score": _in(0, 2),
+    "negative_log_likelihood": _in(0, math.inf),
+    "expected_calibration_error": _in(0, 1),
+    "maximum_calibration_error": _in(0, 1),
+    "classwise_calibration_error": _in(0, 1),
+    "calibration_error": _in(0, 1),
+    "smooth_calibration_curve": _smooth,
+    "binned_calibration_stats": _binned,
+    "reliability_diagram": _reliability,
+    "assign_bins": _bin_ids,
+    "aurc": _in(0, 1),
+    "excess_aurc": _in(0, 1),
+    "risk_coverage_curve": _tensors_in(-math.inf, math.inf),
+    "selective_confidence": _tensors_in(-math.inf, math.inf),
+    "auroc": _in(0, 1),
+    "aupr": _in(0, 1),
+    "fpr_at_95_tpr": _in(0, 1),
+    "ood_scores": _tensors_in(-math.inf, math.inf),
+    "detection_report": _reports,
+    "misclassification_report": _reports,
+    "decompose_regression_uncertainty": _nonnegative,
+    "entropy": _entropy,
+    "lac_scores": _tensors_in(0, 1),
+    "coverage": _in(0, 1),
+    "mean_set_size": _in(0, 1000),
+    "empty_set_rate": _in(0, 1),
+    "per_class_coverage": _per_class,
+    "size_stratified_coverage": _stratified,
+    "selective_replicates": _selective,
+    "selective_intervals": _intervals,
+}
+#: Entry options of generated entries (see :class:`Entry`).
+FLAGS: dict[str, dict[str, Any]] = {
+    "assign_bins": {"max_k": 50},
+    "entropy": {"batched": True},
+}
+
+#: Entries whose call or array kinds cannot be inferred from the glossary: a keyword to fix
+#: (n_bins, seed, alpha), a different kind under a glossary name (``probs`` holding member
+#: stacks), a class method, or a variant of a generated entry (``name[variant]``).
+OVERRIDES: list[Entry] = [
     # scoring
-    Entry("accuracy", metrics.accuracy, {"probs": P, "targets": L}, _in(0, 1)),
-    Entry("brier_score", metrics.brier_score, {"probs": P, "targets": L}, _in(0, 2)),
-    Entry(
-        "negative_log_likelihood",
-        metrics.negative_log_likelihood,
-        {"probs": P, "targets": L},
-        _in(0, math.inf),
-    ),
     Entry(
         "negative_log_likelihood[from_logits]",
         lambda probs, targets: metrics.negative_log_likelihood(probs, targets, from_logits=True),
@@ -149,52 +196,10 @@ REGISTRY: list[Entry] = [
     ),
     # calibration errors
     Entry(
-        "expected_calibration_error",
-        metrics.expected_calibration_error,
-        {"probs": P, "targets": L},
-        _in(0, 1),
-    ),
-    Entry(
         "expected_calibration_error[from_logits]",
         lambda probs, targets: metrics.expected_calibration_error(probs, targets, from_logits=True),
         {"probs": "logits", "targets": L},
         _in(0, 1),
-    ),
-    Entry(
-        "maximum_calibration_error",
-        metrics.maximum_calibration_error,
-        {"probs": P, "targets": L},
-        _in(0, 1),
-    ),
-    Entry(
-        "classwise_calibration_error",
-        metrics.classwise_calibration_error,
-        {"probs": P, "targets": L},
-        _in(0, 1),
-    ),
-    Entry(
-        "calibration_error",
-        metrics.calibration_error,
-        {"confidences": "conf", "correct": "correct"},
-        _in(0, 1),
-    ),
-    Entry(
-        "smooth_calibration_curve",
-        metrics.smooth_calibration_curve,
-        {"conf": "conf", "correct": "correct"},
-        _smooth,
-    ),
-    Entry(
-        "binned_calibration_stats",
-        metrics.binned_calibration_stats,
-        {"confidences": "conf", "correct": "correct"},
-        _binned,
-    ),
-    Entry(
-        "reliability_diagram",
-        metrics.reliability_diagram,
-        {"probs": P, "targets": L},
-        _reliability,
     ),
     Entry("CalibrationErrorMeter", _meter, {"probs": P, "targets": L}, _in(0, 1)),
     # epistemic calibration
@@ -233,24 +238,7 @@ REGISTRY: list[Entry] = [
         names=("n_bins",),
         max_k=50,
     ),
-    Entry(
-        "assign_bins",
-        metrics.assign_bins,
-        {"member_vectors": "vectors", "centroids": "centroids"},
-        _bin_ids,
-        max_k=50,
-    ),
     # selective prediction
-    Entry("aurc", metrics.aurc, {"confidence": "conf", "correct": "correct"}, _in(0, 1)),
-    Entry(
-        "excess_aurc", metrics.excess_aurc, {"confidence": "conf", "correct": "correct"}, _in(0, 1)
-    ),
-    Entry(
-        "risk_coverage_curve",
-        metrics.risk_coverage_curve,
-        {"confidence": "conf", "correct": "correct"},
-        _tensors_in(-math.inf, math.inf),
-    ),
     Entry(
         "coverage_at_risk",
         lambda confidence, correct: metrics.coverage_at_risk(confidence, correct, 0.2),
@@ -265,42 +253,13 @@ REGISTRY: list[Entry] = [
         _in(0, 1),
         names=("coverage",),
     ),
-    Entry(
-        "selective_confidence",
-        metrics.selective_confidence,
-        {"member_probs": MEM},
-        _tensors_in(-math.inf, math.inf),
-    ),
     # OOD / misclassification detection
-    Entry("auroc", metrics.auroc, {"scores": "scores", "is_positive": "positive"}, _in(0, 1)),
-    Entry("aupr", metrics.aupr, {"scores": "scores", "is_positive": "positive"}, _in(0, 1)),
-    Entry(
-        "fpr_at_95_tpr",
-        metrics.fpr_at_95_tpr,
-        {"scores": "scores", "is_positive": "positive"},
-        _in(0, 1),
-    ),
     Entry(
         "fpr_at_tpr",
         lambda scores, is_positive: metrics.fpr_at_tpr(scores, is_positive, 0.8),
         {"scores": "scores", "is_positive": "positive"},
         _in(0, 1),
         names=("tpr",),
-    ),
-    Entry(
-        "ood_scores", metrics.ood_scores, {"member_probs": MEM}, _tensors_in(-math.inf, math.inf)
-    ),
-    Entry(
-        "detection_report",
-        metrics.detection_report,
-        {"member_probs_in": MEM, "member_probs_out": "member_out"},
-        _reports,
-    ),
-    Entry(
-        "misclassification_report",
-        metrics.misclassification_report,
-        {"member_probs": MEM, "labels": L},
-        _reports,
     ),
     # post-hoc scalers
     Entry(
@@ -347,15 +306,7 @@ REGISTRY: list[Entry] = [
         _nonnegative,
     ),
     Entry("variance_decomposition", unc.variance_decomposition, {"probs": MEM}, _nonnegative),
-    Entry(
-        "decompose_regression_uncertainty",
-        unc.decompose_regression_uncertainty,
-        {"means": "means", "variances": "variances"},
-        _nonnegative,
-    ),
-    Entry("entropy", unc.entropy, {"probs": P}, _entropy, batched=True),
     # conformal
-    Entry("lac_scores", conf.lac_scores, {"probs": P}, _tensors_in(0, 1)),
     Entry(
         "aps_scores",
         lambda probs: conf.aps_scores(probs, generator=torch.Generator().manual_seed(0)),
@@ -400,16 +351,6 @@ REGISTRY: list[Entry] = [
         {"probs": P, "labels": L},
         _sets,
     ),
-    Entry("coverage", conf.coverage, {"sets": "sets", "labels": L}, _in(0, 1)),
-    Entry("mean_set_size", conf.mean_set_size, {"sets": "sets"}, _in(0, 1000)),
-    Entry("empty_set_rate", conf.empty_set_rate, {"sets": "sets"}, _in(0, 1)),
-    Entry("per_class_coverage", conf.per_class_coverage, {"sets": "sets", "labels": L}, _per_class),
-    Entry(
-        "size_stratified_coverage",
-        conf.size_stratified_coverage,
-        {"sets": "sets", "labels": L},
-        _stratified,
-    ),
     Entry(
         "split_calibration",
         lambda labels: conf.split_calibration(labels, seed=0),
@@ -446,6 +387,30 @@ REGISTRY: list[Entry] = [
     ),
     # the toy problem's array-taking helpers
     Entry("toy_posterior", datasets.toy_posterior, {"x": "points"}, _tensors_in(0, 1)),
+    # bootstrap intervals (bensemble.metrics.intervals)
+    Entry(
+        "poisson_weights",
+        lambda sample_index: intervals.poisson_weights(sample_index, 5),
+        {"sample_index": "index"},
+        _tensors_in(0, 12),
+        names=("n_replicates",),
+    ),
+    Entry(
+        "percentile_interval",
+        lambda values: intervals.percentile_interval(values, 0.9),
+        {"values": "scores"},
+        _ends,
+        names=("level",),
+        nonfinite_ok=("values",),  # replicate values may be NaN / inf: the finite ones count
+    ),
+    Entry(
+        "l1_norm_interval",
+        lambda estimate, replicates: intervals.l1_norm_interval(estimate, replicates, 0.9),
+        {"estimate": "coordinates", "replicates": "vectors"},
+        _l1_ends,
+        names=("level",),
+        nonfinite_ok=("replicates",),  # a replicate row holding NaN / inf is dropped
+    ),
     Entry(
         "corrupt_inputs",
         lambda x: datasets.corrupt_inputs(x, 0.3, seed=0),
@@ -454,3 +419,80 @@ REGISTRY: list[Entry] = [
         names=("rho",),
     ),
 ]
+
+
+# ----------------------------------------------------------------------------- generation
+#: Glossary argument name -> array kind (sweep_cases.KINDS). A public function whose required
+#: arguments are all glossary names gets an entry without anyone writing it.
+GLOSSARY = {
+    "probs": P,
+    "logits": "logits",
+    "member_probs": MEM,
+    "member_probs_in": MEM,
+    "member_probs_out": "member_out",
+    "labels": L,
+    "targets": L,
+    "confidences": "conf",
+    "confidence": "conf",
+    "conf": "conf",
+    "correct": "correct",
+    "scores": "scores",
+    "is_positive": "positive",
+    "sets": "sets",
+    "member_vectors": "vectors",
+    "centroids": "centroids",
+    "means": "means",
+    "variances": "variances",
+    "eta": "eta",
+    "sample_index": "index",
+}
+
+
+def inferred_kinds(fn: Callable[..., Any]) -> dict[str, str] | None:
+    """``{argument: kind}`` from the glossary, or ``None`` when a required argument is not in
+    it (or the function takes no array at all)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    required = [
+        p.name
+        for p in params
+        if p.default is inspect.Parameter.empty
+        and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
+    if not required or any(name not in GLOSSARY for name in required):
+        return None
+    return {name: GLOSSARY[name] for name in required}
+
+
+def _finite_result(value: Any, case: Case) -> None:
+    """Every number finite; a matplotlib figure (a plot function's result) is closed."""
+    if hasattr(value, "savefig"):
+        import matplotlib.pyplot as plt
+
+        plt.close(value)
+        return
+    _finite(value)
+
+
+def generated_entries() -> list[Entry]:
+    """One entry per public function the glossary describes and no override names."""
+    overridden = {e.name for e in OVERRIDES}  # "f[variant]" overrides add to "f"
+    entries = []
+    for name, fn in public_functions().items():
+        kinds = inferred_kinds(fn)
+        if kinds is None or name in overridden:
+            continue
+        check = CHECKS.get(name, _finite_result)
+        entries.append(Entry(name, fn, kinds, check, **FLAGS.get(name, {})))
+    return entries
+
+
+#: The sweep: every public array-taking function (generated) plus the overrides.
+REGISTRY: list[Entry] = OVERRIDES + generated_entries()
+
+# second-order regression (bensemble.regression, bensemble.conformal.regression, the toy's truth)
+from sweep_regression import REGRESSION_ENTRIES  # noqa: E402
+
+REGISTRY += REGRESSION_ENTRIES

@@ -190,7 +190,7 @@ def test_class3_zoo_member_probs_refuses_bad_seeds(seed):
     ids=["seed-float", "seed-negative", "epochs-float", "batch-0"],
 )
 def test_class3_train_autoencoder_validates_seed_and_counts(kwargs, name):
-    from bensemble.experiments.digits import train_autoencoder
+    from bensemble.experiments.autoencoder import train_autoencoder
 
     args = {"latent_dim": 2, "epochs": 1, "seed": 0, **kwargs}
     with pytest.raises(ValueError, match=f"`{name}`"):
@@ -198,7 +198,7 @@ def test_class3_train_autoencoder_validates_seed_and_counts(kwargs, name):
 
 
 def test_class3_encode_refuses_a_zero_batch_size():
-    from bensemble.experiments.digits import ConvAutoEncoder, encode
+    from bensemble.experiments.autoencoder import ConvAutoEncoder, encode
 
     with pytest.raises(ValueError, match="`batch_size`"):
         encode(ConvAutoEncoder(side=8, latent_dim=2, channels=1), torch.zeros(4, 1, 8, 8), 0)
@@ -220,12 +220,15 @@ def test_class3_forest_scores_validates_seed_and_trees(kwargs, name):
 
 
 @pytest.mark.parametrize("seed", [1.7, -1], ids=["float", "negative"])
-def test_class3_method_member_probs_refuses_bad_seeds(seed):
-    from bensemble.experiments._common import method_member_probs, zoo_settings
+def test_class3_score_method_refuses_bad_seeds(seed):
+    from bensemble.experiments._common import zoo_settings
+    from bensemble.experiments._scores import score_method
+    from bensemble.experiments.illustrative import CONVENTIONS
 
     x, y = torch.randn(6, 2), torch.tensor([0, 1, 0, 1, 0, 1])
     with pytest.raises(ValueError, match="`seed`"):
-        method_member_probs("EK-NN", x, y, x, settings=zoo_settings(True), seed=seed)
+        score_method("EK-NN", (x, y), (x, y), settings=zoo_settings(True), seed=seed,
+                     conventions=CONVENTIONS, n_bins=2)  # fmt: skip
 
 
 # ============================================================================ class 4

@@ -205,6 +205,7 @@ SUBMODULES = {
     "methods",
     "metrics",
     "plots",
+    "regression",
     "search",
     "uncertainty",
     "utils",

@@ -191,3 +191,90 @@ def test_python_random_state_is_not_used() -> None:
     b = RandomSearcher(ToySpace(), pool_size=4, ensemble_size=2, train_fn=Trainer(), seed=2)
     b.search(VAL)
     assert a.selected_indices_ == b.selected_indices_
+
+
+# ---------------------------------------------------------------- issue 19: inputs and seeds
+class _GlobalRngSpace(SearchSpace):
+    """Builds with torch's default initialisation (global RNG), as most user spaces do."""
+
+    def sample(self, generator=None):
+        return {"width": 4}
+
+    def mutate(self, config, generator=None):
+        return dict(config)
+
+    def build(self, config):
+        return nn.Sequential(
+            nn.Linear(2, config["width"]), nn.ReLU(), nn.Linear(config["width"], 3)
+        )
+
+
+def _noisy_train(model: nn.Module) -> None:
+    with torch.no_grad():  # a "training" step that draws from the global RNG
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+
+
+@pytest.mark.parametrize("cls", [RandomSearcher, EvolutionarySearcher])
+def test_one_seed_reproduces_a_search_and_leaves_the_global_rng_alone(cls) -> None:
+    kw = {"population_size": 2, "num_parent_candidates": 1} if cls is EvolutionarySearcher else {}
+    torch.manual_seed(123)
+    state = torch.random.get_rng_state()
+    runs = []
+    for _ in range(2):
+        searcher = cls(_GlobalRngSpace(), 4, 2, train_fn=_noisy_train, seed=0, **kw)
+        ensemble = searcher.search([(X, Y)])
+        runs.append((searcher.selected_indices_, ensemble.predict_members(X[:5])))
+    assert runs[0][0] == runs[1][0]
+    assert torch.equal(runs[0][1], runs[1][1])
+    assert torch.equal(torch.random.get_rng_state(), state), "the search moved the global RNG"
+
+
+@pytest.mark.parametrize(
+    "loader, what",
+    [
+        pytest.param(
+            [(X.clone().index_fill_(0, torch.tensor([3]), float("nan")), Y)], "finite", id="nan-x"
+        ),
+        pytest.param(
+            [(X, Y.double().index_fill_(0, torch.tensor([3]), float("inf")))], "finite", id="inf-y"
+        ),
+        pytest.param([(X[:0], Y[:0])], "at least one sample", id="no-rows"),
+        pytest.param([], "at least one batch", id="no-batches"),
+    ],
+)
+def test_bad_validation_data_is_refused_before_any_training(loader, what) -> None:
+    trained = []
+    for searcher in (
+        RandomSearcher(ToySpace(), 3, 2, train_fn=trained.append, seed=0),
+        NESBayesianSampler(ToySpace(), trained.append, pool_size=3, ensemble_size=2, seed=0),
+    ):
+        run = searcher.search if hasattr(searcher, "search") else searcher.build_pool
+        with pytest.raises(ValueError, match=f"`val_loader` must yield {what}|`val_loader` must"):
+            run(loader)
+    assert not trained
+
+
+def test_cached_pool_predictions_beyond_memory_are_refused(monkeypatch) -> None:
+    import bensemble._scalar_checks as checks
+
+    monkeypatch.setattr(checks, "MEMORY_OVERRIDE", 20_000)  # bytes
+    searcher = RandomSearcher(ToySpace(), pool_size=30, ensemble_size=2, train_fn=lambda m: None)
+    with pytest.raises(ValueError, match=r"`pool_size` must be <= \d+"):
+        searcher.search([(X, Y)])
+
+
+def test_a_failed_search_keeps_the_previous_results() -> None:
+    calls = []
+
+    def train(model: nn.Module) -> None:
+        calls.append(model)
+        if len(calls) > 3:
+            raise RuntimeError("training diverged")
+
+    searcher = RandomSearcher(ToySpace(), 3, 2, train_fn=train, seed=0)
+    searcher.search([(X, Y)])
+    before = (searcher.pool_, searcher.selected_indices_, searcher.pool_predictions_)
+    with pytest.raises(RuntimeError, match="diverged"):
+        searcher.search([(X, Y)])
+    assert (searcher.pool_, searcher.selected_indices_, searcher.pool_predictions_) == before
