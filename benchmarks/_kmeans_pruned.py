@@ -3,7 +3,7 @@ pruning of the ``"torch"`` K-means (greedy k-means++ that visits only the rows a
 reach; Lloyd with Hamerly's bounds, the lower bound loosened per row only by the centroids that
 moved near its own), all in float64.
 
-Same algorithm in exact arithmetic as :mod:`bensemble.metrics._kmeans_core`, but slower on the
+Same algorithm in exact arithmetic as :mod:`bensemble.metrics.binning._lloyd`, but slower on the
 classwise workload of ``benchmarks/bench_eece_classwise.py``: half of those one-vs-rest member
 vectors sit in a dense core near 0, where centroid moves keep invalidating the bounds of a large
 share of the rows, and gathering those rows costs more than the dense float32 distance block.
@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from bensemble.metrics._kmeans_assign import _chunks
+from bensemble.metrics.binning._nearest import _chunks
 
 
 def _nearest_two(

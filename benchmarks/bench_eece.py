@@ -59,7 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bensemble.datasets import make_toy_gaussians  # noqa: E402
 from bensemble.metrics import expected_epistemic_calibration_error, fit_bins  # noqa: E402
-from bensemble.metrics._kmeans import kmeans_inertia  # noqa: E402
+from bensemble.metrics.binning import KMeansBinning, kmeans_inertia  # noqa: E402
 
 try:  # the shared benchmark harness, when present
     import _harness  # noqa: E402
@@ -157,7 +157,8 @@ def _probe(n: int, h: int, n_bins: int, impl: str) -> None:
     def call():
         if impl == "baseline":
             return baseline_eece(p_np, y_np, n_bins, 0)
-        return expected_epistemic_calibration_error(p, y, n_bins, seed=0, backend=impl, binary=True)
+        binning = KMeansBinning(n_bins, seed=0, backend=impl)
+        return expected_epistemic_calibration_error(p, y, binning, binary=True)
 
     call()  # warm-up: imports and one-off buffers are not the call's working memory
     peak, _ = peak_memory(call)
@@ -202,9 +203,8 @@ def run(n: int, h: int, n_bins: int, repeats: int, baseline_repeats: int, backen
         return baseline_eece(p_np, y_np, n_bins, seed)
 
     def ours(backend: str = "auto"):
-        return expected_epistemic_calibration_error(
-            p, y, n_bins, seed=seed, backend=backend, return_details=True, binary=True
-        )
+        binning = KMeansBinning(n_bins, seed=seed, backend=backend)
+        return expected_epistemic_calibration_error(p, y, binning, return_details=True, binary=True)
 
     # Baseline: median of `baseline_repeats` after one warm-up, or a single cold run.
     out = {}

@@ -28,6 +28,7 @@ from bensemble.datasets import make_toy_gaussians
 from bensemble.experiments._common import single_thread, zoo_settings
 from bensemble.methods.zoo import member_probs
 from bensemble.metrics import expected_epistemic_calibration_error
+from bensemble.metrics.binning import KMeansBinning  # noqa: E402
 
 BACKENDS = ("torch", "sklearn")
 
@@ -56,9 +57,8 @@ def digits_members() -> tuple[torch.Tensor, torch.Tensor, dict]:
 def spread(p, y, kw, n_bins, backend: str, seeds: int) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # 100 bins on 899 digits: ~9 per bin
-        d = expected_epistemic_calibration_error(
-            p, y, n_bins=n_bins, seed=0, n_seeds=seeds, backend=backend, return_details=True, **kw
-        )
+        binning = KMeansBinning(n_bins, seed=0, n_seeds=seeds, backend=backend)
+        d = expected_epistemic_calibration_error(p, y, binning, return_details=True, **kw)
     return {"mean": d.value, "sd": d.seed_sd, "bins": d.n_bins, "fitted": d.n_bins_fitted}
 
 

@@ -35,11 +35,26 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import _kmeans_pruned  # noqa: E402
-from bench_eece_classwise import N_BINS, _class_vectors, _within_ss  # noqa: E402
+from bench_eece_classwise import within_ss as _within_ss  # noqa: E402
 
-from bensemble.metrics._kmeans import _assign, _fit  # noqa: E402
-from bensemble.metrics._kmeans_assign import _argmin_rows, _chunk_rows  # noqa: E402
-from bensemble.metrics._kmeans_core import _kmeans_plusplus  # noqa: E402
+from bensemble.metrics.binning._fit import _fit  # noqa: E402
+from bensemble.metrics.binning._lloyd import _kmeans_plusplus  # noqa: E402
+from bensemble.metrics.binning._nearest import _argmin_rows, _assign, _chunk_rows  # noqa: E402
+
+N_BINS, H = 100, 10
+
+
+def _class_vectors(n_classes: int, classes: int, n: int) -> list[torch.Tensor]:
+    """Member vectors of ``classes`` one-vs-rest tasks of a ``n_classes``-class problem whose
+    members disagree: ``sigmoid(z - log(K - 1) + 2 u)``, ``z`` per member and point, ``u`` per
+    point (the workload of the measurements quoted in ``benchmarks/results.md``)."""
+    g = torch.Generator().manual_seed(n_classes)
+    out = []
+    for _ in range(classes):
+        z = torch.randn(n, H, generator=g, dtype=torch.float64)
+        u = torch.randn(n, 1, generator=g, dtype=torch.float64)
+        out.append(torch.sigmoid(z - math.log(n_classes - 1) + 2 * u))
+    return out
 
 
 def _cpu(fn, repeats: int = 1):

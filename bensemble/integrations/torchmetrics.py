@@ -98,9 +98,10 @@ class ExpectedEpistemicCalibrationError(MeterMetric):
     ``update(member_probs [H, B, K], labels [B])``.
 
     The bins must exist before the first ``update``: build the metric with :meth:`from_sample`
-    (K-means fitted on a sample - a calibration split, or the first validation batches), or
-    pass centroids fitted by :func:`bensemble.metrics.fit_bins` (one ``[M, H]`` set per class,
-    on ``member_probs[:, :, k].T``). A metric cannot fit them in a first pass of its own: its
+    (a binning fitted on a sample - a calibration split, or the first validation batches), or
+    pass a fitted binning (``KMeansBinning(...).fit(sample)``, :mod:`bensemble.metrics.binning`)
+    or centroids fitted by :func:`bensemble.metrics.fit_bins` (one ``[M, H]`` set per class, on
+    ``member_probs[:, :, k].T``). A metric cannot fit them in a first pass of its own: its
     states are per-bin sums, which only add up across batches and DDP ranks once every batch
     and rank uses the same bins, and fitting them from the data it sees would mean keeping
     every sample (``O(N)`` state, gathered - not summed - across ranks) and a second pass over
@@ -108,9 +109,10 @@ class ExpectedEpistemicCalibrationError(MeterMetric):
     were built with different centroids are refused at ``compute`` (``ValueError``).
 
     Args:
-        centroids: ``[K, M, H]`` or a list of ``K`` ``[M_k, H]`` centroid sets ("classwise"),
-            one ``[M, H]`` set for "top_label" / ``binary=True`` (or shared by every class,
-            with ``num_classes``).
+        binning: a fitted binning (it says what it bins: leave ``multiclass`` / ``binary``
+            unset), or centroids: ``[K, M, H]`` or a list of ``K`` ``[M_k, H]`` sets
+            ("classwise"), one ``[M, H]`` set for "top_label" / ``binary=True`` (or shared by
+            every class, with ``num_classes``).
         multiclass, num_classes, binary: as :class:`~bensemble.metrics.EECEMeter`.
         kwargs: ``torchmetrics.Metric`` options (``sync_on_compute``, ``process_group``, ...).
 
@@ -126,23 +128,25 @@ class ExpectedEpistemicCalibrationError(MeterMetric):
 
     def __init__(
         self,
-        centroids: Any = None,
+        binning: Any = None,
         multiclass: str = "classwise",
         num_classes: int | None = None,
         *,
         binary: bool = False,
         **kwargs: Any,
     ) -> None:
-        if centroids is None:
+        binning = kwargs.pop("centroids", binning)  # the argument's name before binnings
+        if binning is None:
             raise ValueError(
-                "ExpectedEpistemicCalibrationError: `centroids` must be the fitted K-means "
+                "ExpectedEpistemicCalibrationError: `binning` or `centroids` must be the fitted "
                 "bins (got None) - build the metric with ExpectedEpistemicCalibrationError"
                 ".from_sample(member_probs, n_bins) on a sample of member predictions [H, N, K] "
-                "(a calibration split or the first validation batches), or fit them with "
-                "bensemble.metrics.fit_bins(member_probs[:, :, k].T, n_bins) per class; "
+                "(a calibration split or the first validation batches), or pass "
+                "KMeansBinning(n_bins=...).fit(sample) (bensemble.metrics.binning) or centroids "
+                "from bensemble.metrics.fit_bins(member_probs[:, :, k].T, n_bins) per class; "
                 "see docs/api/integrations.md"
             )
-        meter = EECEMeter(centroids, multiclass, num_classes, binary=binary)
+        meter = EECEMeter(binning, multiclass, num_classes, binary=binary)
         super().__init__(meter, **kwargs)
 
     @classmethod
@@ -154,17 +158,20 @@ class ExpectedEpistemicCalibrationError(MeterMetric):
         multiclass: str = "classwise",
         binary: bool = False,
         seed: int = 0,
+        binning: Any = None,
         **kwargs: Any,
     ) -> ExpectedEpistemicCalibrationError:
         """A metric whose bins are fitted on ``member_probs`` (see
-        :meth:`bensemble.metrics.EECEMeter.from_sample` for the fit and its arguments;
-        ``kwargs`` go to ``torchmetrics.Metric``).
+        :meth:`bensemble.metrics.EECEMeter.from_sample` for the fit and its arguments, including
+        ``binning=``; ``kwargs`` go to ``torchmetrics.Metric``).
 
         Under DDP / Lightning call it on every rank with the same sample and ``seed`` (e.g. in
         ``setup()``, from the same calibration split): the fit is deterministic, so every
         rank holds the same bins; a rank that does not is refused at ``compute``.
         """
         meter = EECEMeter.from_sample(
-            member_probs, n_bins, multiclass=multiclass, binary=binary, seed=seed
+            member_probs, n_bins, multiclass=multiclass, binary=binary, seed=seed, binning=binning
         )
-        return cls(meter.centroids, multiclass, binary=binary, **kwargs)
+        if meter._binning is not None:  # bins of the mean prediction: the fitted binning itself
+            return cls(meter._binning, **kwargs)
+        return cls(meter.centroids, meter.multiclass, binary=meter.binary, **kwargs)

@@ -7,6 +7,8 @@ dataclass. Every function accepts torch tensors or numpy arrays.
 * :mod:`~bensemble.metrics.calibration` - the ECE family and reliability data
 * :mod:`~bensemble.metrics.streaming` - batch-by-batch, mergeable meters of every additive metric
 * :mod:`~bensemble.metrics.epistemic` - EECE and TECE (epistemic calibration)
+* :mod:`~bensemble.metrics.binning` - the EECE's binnings (K-means cells, equal-width / equal-mass
+  bins of the mean prediction, explicit ids) and the K-means behind them
 * :mod:`~bensemble.metrics.selective` - risk-coverage curves
 * :mod:`~bensemble.metrics.smooth` - the kernel-smoothed calibration curve (Beta kernel)
 * :mod:`~bensemble.metrics.ood` - AUROC / AUPR / FPR@95 for OOD and misclassification detection
@@ -14,7 +16,14 @@ dataclass. Every function accepts torch tensors or numpy arrays.
   (counter-based Poisson weights; intervals of the calibration errors valid near zero)
 """
 
-from bensemble.metrics._kmeans import assign_bins, fit_bins
+from bensemble.metrics.binning import (
+    ExplicitBinning,
+    KMeansBinning,
+    QuantileBinning,
+    UniformBinning,
+    assign_bins,
+    fit_bins,
+)
 from bensemble.metrics.calibration import (
     CalibrationBins,
     binned_calibration_stats,
@@ -68,8 +77,12 @@ __all__ = [
     "ClasswiseCalibrationErrorMeter",
     "EECEDetails",
     "EECEMeter",
+    "ExplicitBinning",
+    "KMeansBinning",
     "NLLMeter",
+    "QuantileBinning",
     "UncertaintyMeter",
+    "UniformBinning",
     "accuracy",
     "assign_bins",
     "aupr",

@@ -38,7 +38,8 @@ class EECEDetails:
         squared_error: ``[M]`` the members' squared error ``mean_h (acc_m - conf[h, m])^2``.
         terms: ``[M]`` signed terms ``squared_error - trust``.
         per_class: ``[K]`` per-class EECE for "classwise", else ``None``.
-        binning: "kmeans", "kmeans_fit" or "bins" (explicit ids).
+        binning: "kmeans" (K-means fitted on these points), "kmeans_fit" (fixed K-means cells),
+            "bins" (explicit ids), "uniform" or "quantile" (bins of the mean prediction).
         backend: the K-means backend that ran ("auto" resolved), or ``None``.
         backend_settings: the backend's settings (per-class values are tuples).
         seed: the integer seed of the (first) K-means fit, or ``None`` when nothing was random.
@@ -58,6 +59,8 @@ class EECEDetails:
             centroid of each member vector (what :func:`~bensemble.metrics.assign_bins` gives);
             it comes from the fit itself, no extra pass. Lets a bootstrap keep the bins fixed
             without refitting.
+        fitted_binning: the binning that made :attr:`point_bins` (for a binning the EECE fitted,
+            the first seed's fitted copy): reuse it on other predictions with ``binning=``.
 
     With ``n_seeds > 1`` the per-bin fields describe the first seed's partition
     (``seed_values[0]``).
@@ -83,6 +86,7 @@ class EECEDetails:
     seed_values: tuple[float, ...] = ()
     seed_sd: float | None = None
     point_bins: torch.Tensor | None = field(default=None, repr=False)
+    fitted_binning: Any = field(default=None, repr=False)
 
     @property
     def weights(self) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Input checks, canonical forms and K-means partitions of :mod:`bensemble.metrics.epistemic`.
+"""Input checks and canonical forms of :mod:`bensemble.metrics.epistemic` and the binnings.
 
 * The shape mechanism: member predictions are ``[M, N, K]``; the binary positive-class form
   ``[M, N]`` is read only with ``binary=True`` (never guessed from the rank).
@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -26,7 +25,6 @@ from bensemble._validation import (
     check_allocation,
     to_tensor,
 )
-from bensemble.metrics._kmeans import _assign, _check_centroids, _fit
 
 #: ``n_bins="auto"``: about ``sqrt(N)`` bins, at least this many points per bin on average ...
 AUTO_MIN_OCCUPANCY = 10
@@ -146,27 +144,6 @@ def check_bins(bins: Any, n: int, fn: str) -> tuple[torch.Tensor, torch.Tensor]:
     return distinct, dense
 
 
-def check_class_centroids(
-    centroids: Any, n_classes: int, width: int, fn: str
-) -> list[torch.Tensor]:
-    """``[K, M, H]``, a sequence of ``K`` ``[M_k, H]`` centroid sets, or one shared ``[M, H]``."""
-    if isinstance(centroids, Sequence) and not isinstance(centroids, (str, bytes)):
-        items = list(centroids)
-        if len(items) == n_classes and all(getattr(c, "ndim", 0) == 2 for c in items):
-            return [
-                _check_centroids(c, width, fn, name=f"centroids[{k}]") for k, c in enumerate(items)
-            ]
-    t = as_float_tensor(centroids, "centroids", fn, ndim=(2, 3))
-    if t.ndim == 2:
-        return [_check_centroids(t, width, fn)] * n_classes
-    if t.shape[0] != n_classes:
-        raise ValueError(
-            f"{fn}: `centroids` must have one centroid set per class, shape [{n_classes}, M, "
-            f"{width}] (got shape {list(t.shape)})"
-        )
-    return [_check_centroids(c, width, fn) for c in t]
-
-
 def canonical_member_order(p: torch.Tensor) -> torch.Tensor | None:
     """A permutation of the member axis that depends only on the multiset of members.
 
@@ -185,36 +162,6 @@ def canonical_member_order(p: torch.Tensor) -> torch.Tensor | None:
     if np.array_equal(order, np.arange(h)):
         return None
     return torch.from_numpy(order).to(p.device)
-
-
-# ----------------------------------------------------------------------------- binning
-
-
-def partition(
-    vectors: torch.Tensor,
-    *,
-    binning: str,
-    n_bins: int,
-    centroids: torch.Tensor | None,
-    backend: str,
-    seed: int | None,
-    fit_options: dict[str, Any],
-) -> tuple[torch.Tensor, int, dict[str, Any]]:
-    """Bin ids ``[N]``, the number of bins, and what the fit reports."""
-    if binning == "kmeans_fit":
-        ids, _ = _assign(vectors, centroids)
-        return ids, centroids.shape[0], {}
-    fit = _fit(vectors, n_bins, backend=backend, seed=seed, **fit_options)
-    ids, _ = _assign(vectors, fit.centroids)
-    info = {
-        "backend": fit.backend,
-        "n_bins_fitted": fit.centroids.shape[0],
-        "n_iter": fit.n_iter,
-        "converged": fit.converged,
-        "n_fit_rows": fit.n_fit_rows,
-        **fit.settings,
-    }
-    return ids, fit.centroids.shape[0], info
 
 
 def merge_infos(infos: list[dict[str, Any]]) -> tuple[str | None, dict[str, Any]]:

@@ -12,11 +12,11 @@ import numpy as np
 import torch
 
 from bensemble import _progress
-from bensemble.metrics._kmeans import DEFAULT_LLOYD_RTOL, DEFAULT_REFINE, DEFAULT_SUBSAMPLE
-from bensemble.metrics._kmeans_assign import _assign, _chunks, _n_distinct_at_least
-from bensemble.metrics._kmeans_batched import map_classes
-from bensemble.metrics._kmeans_classes import _chunk_size, _lloyd_batch, _seed_batch
-from bensemble.metrics._kmeans_core import _fit_torch, _kmeans_plusplus, _lloyd
+from bensemble.metrics.binning._classes import _chunk_size, fit_group
+from bensemble.metrics.binning._fit import DEFAULT_LLOYD_RTOL, DEFAULT_REFINE, DEFAULT_SUBSAMPLE
+from bensemble.metrics.binning._lloyd import _fit_torch
+from bensemble.metrics.binning._nearest import _assign, _chunks, _n_distinct_at_least
+from bensemble.metrics.binning._threads import map_classes
 
 __all__ = ["FIT_BUDGET", "fit_classwise_centroids"]
 
@@ -81,50 +81,40 @@ class _ClassFit:
 
 
 def _fit_group(fits: list[_ClassFit], rtol: float, workers: int) -> None:
-    """Fit the classes of one seed: the plain ones batched by ``(rows, bins)`` in batches of the
-    in-memory classwise fit's size (``_kmeans_classes._chunk_size``: a batch's distance blocks
-    stay near the cache; one class per batch at 50,000 rows x 200 bins), batches run on its
-    single-threaded workers (:func:`~bensemble.metrics._kmeans_batched.map_classes`); the
-    others alone. Every class gets the centroids of its fit run alone, bit for bit."""
+    """Fit the classes of one seed: the plain ones grouped by ``(rows, bins)`` in chunks of the
+    in-memory classwise fit's size (``binning._classes._chunk_size``), each chunk through that
+    fit's own kernel (:func:`~bensemble.metrics.binning._classes.fit_group`: sorted-row seeding
+    and Lloyd) on single-threaded workers
+    (:func:`~bensemble.metrics.binning._threads.map_classes`); the others alone. Every class gets
+    the centroids of its fit run alone, bit for bit."""
     shapes: dict[tuple[int, int], list[_ClassFit]] = {}
     for f in fits:
         if f.plain:
             shapes.setdefault((f.x_fit.shape[0], f.n_clusters), []).append(f)
     batches: list[list[_ClassFit]] = [[f] for f in fits if not f.plain]
-    for (rows, n_clusters), group in shapes.items():
-        size = _chunk_size(len(group), rows, n_clusters, workers)
+    for (rows, _), group in shapes.items():
+        size = _chunk_size(len(group), rows, group[0].x_fit.shape[1], workers)
         batches += [group[a : a + size] for a in range(0, len(group), size)]
     map_classes(lambda i: _fit_batch(batches[i], rtol), len(batches), workers=workers)
 
 
 def _fit_batch(group: list[_ClassFit], rtol: float) -> None:
-    """Fit one batch of classes (a class that is not plain goes alone)."""
-    if len(group) == 1 and not group[0].plain:
+    """Fit one chunk of classes (a class that is not plain goes alone)."""
+    if not group[0].plain:
         group[0].fit_alone(rtol)
         return
-    n_clusters = group[0].n_clusters
-    if len(group) == 1:
-        (f,) = group
-        x32 = f.x_fit.to(_F32)
-        rows = _kmeans_plusplus(x32, n_clusters, f.generator())
-        if rows.numel() < n_clusters:  # ran out of distinct rows: the per-class path
-            f.fit_alone(rtol)
-            return
-        c, labels, _, _ = _lloyd(x32, x32[rows].clone(), _MAX_ITER, f.tol_abs, rtol)
-        f.finish(c, labels)
-        return
-    x32 = torch.stack([f.x_fit.to(_F32) for f in group])
-    seeds, exhausted = _seed_batch(x32, n_clusters, [f.generator() for f in group])
-    every = torch.arange(len(group))[:, None]
-    results = _lloyd_batch(
-        x32, x32[every, seeds].clone(), _MAX_ITER, [f.tol_abs for f in group], rtol
+    results = fit_group(
+        [f.x_fit for f in group],
+        [f.generator() for f in group],
+        group[0].n_clusters,
+        _MAX_ITER,
+        [f.tol_abs for f in group],
+        rtol,
     )
-    del x32
-    for i, f in enumerate(group):
-        if bool(exhausted[i]):
+    for f, (c, labels, _, _, exhausted) in zip(group, results, strict=True):
+        if exhausted:
             f.fit_alone(rtol)
         else:
-            c, labels, _, _ = results[i]
             f.finish(c, labels)
 
 
@@ -214,7 +204,7 @@ def fit_classwise_centroids(
 
 def _refine_pass(source, fits, positions, order, block, workers) -> None:
     """One Lloyd step of every class and seed over every row of the part (one streamed pass;
-    distances in float32, per-centroid sums in float64, as ``_kmeans_assign._refine``; the
+    distances in float32, per-centroid sums in float64, as ``binning._nearest._refine``; the
     classes of a chunk on ``workers`` single-threaded workers)."""
     sums = [[torch.zeros_like(f.centroids) for f in per_seed] for per_seed in fits]
     counts = [[torch.zeros_like(f.counts) for f in per_seed] for per_seed in fits]

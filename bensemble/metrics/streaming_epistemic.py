@@ -1,4 +1,5 @@
-"""Streaming member-level metrics: uncertainty-decomposition means and the EECE.
+"""Streaming member-level metrics: the EECE (and, re-exported from
+:mod:`bensemble.metrics.streaming_uncertainty`, the uncertainty-decomposition means).
 
 Both are :class:`~bensemble.metrics._state.MergeableState` meters (float64 sums, merge by
 addition; see :mod:`bensemble.metrics.streaming`).
@@ -15,19 +16,20 @@ additive (the centroids depend on every point), so the EECE streams only once it
    :func:`bensemble.integrations.sync_`, which refuses ranks whose centroids differ), and
    compute.
 
-The result equals the one-shot
-``expected_epistemic_calibration_error(..., binning="kmeans_fit", centroids=...)`` on all the data.
+The meter takes the fixed bins as a fitted binning (:mod:`bensemble.metrics.binning`: the
+K-means cells of ``KMeansBinning(...).fit(sample)``, or equal-width / equal-mass bins of the mean
+prediction) or as K-means centroids. The result equals the one-shot
+``expected_epistemic_calibration_error(member_probs, labels, binning=fitted)`` on all the data.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import copy
 from typing import Any
 
 import torch
 
 from bensemble._validation import (
-    MAX_BIN_SLOTS,
     as_float_tensor,
     as_labels,
     as_member_stack,
@@ -35,155 +37,32 @@ from bensemble._validation import (
     check_option,
     check_positive_int,
 )
+from bensemble.metrics._eece_meter_state import (  # noqa: F401 - MAX_STATE_NUMBERS: public
+    FAR,
+    MAX_STATE_NUMBERS,
+    as_centroids,
+    check_state_size,
+)
 from bensemble.metrics._epistemic_checks import resolve_n_bins
-from bensemble.metrics._kmeans import _assign, fit_bins
-from bensemble.metrics._kmeans_batched import map_classes, single_threaded
 from bensemble.metrics._state import _F64, MergeableState
 from bensemble.metrics._state_checks import (
-    SLACK,
     check_at_most,
     check_equal_totals,
     check_non_negative,
     check_whole,
     check_zero_where_empty,
 )
+from bensemble.metrics.binning import Binning, ExplicitBinning, KMeansBinning
+from bensemble.metrics.binning._fit import fit_bins
+from bensemble.metrics.binning._nearest import _assign
+from bensemble.metrics.binning._threads import map_classes, single_threaded
 from bensemble.metrics.epistemic import _eece_compute, _eece_update, _member_variance
-from bensemble.uncertainty.decomposition import _entropy
+from bensemble.metrics.streaming_uncertainty import UncertaintyMeter
 
 __all__ = ["EECEMeter", "UncertaintyMeter"]
 
 MULTICLASS = ("classwise", "top_label")
-# Padding for classes with fewer centroids: so far from [0, 1]^H that no point is assigned to it.
-_FAR = 1e6
-#: Most float64 sums an EECE state holds (``K * M * (H + 3)``): 3 per MAX_BIN_SLOTS (384 MiB).
-MAX_STATE_NUMBERS = 3 * MAX_BIN_SLOTS
-
-
-class UncertaintyMeter(MergeableState):
-    """Means over samples of the entropy decomposition (nats) of member predictions.
-
-    ``update(member_probs)`` adds ``[M, B, K]`` members (``[M, B]`` with ``binary=True``);
-    ``compute()`` returns ``{"total", "aleatoric", "epistemic"}``, the means of
-    :func:`~bensemble.uncertainty.decompose_classification_uncertainty`'s per-sample values.
-
-    Example:
-        >>> p = torch.tensor([[[.99, .01]], [[.02, .98]], [[.97, .03]]])
-        >>> {k: round(v, 4) for k, v in UncertaintyMeter().update(p).compute().items()}
-        {'total': 0.641, 'aleatoric': 0.0963, 'epistemic': 0.5448}
-    """
-
-    _fn = "UncertaintyMeter"
-
-    def __init__(self, *, binary: bool = False, from_logits: bool = False) -> None:
-        self.binary = check_bool(binary, "binary", self._fn)
-        self.from_logits = check_bool(from_logits, "from_logits", self._fn)
-        self._init_state()
-
-    def _settings(self) -> dict[str, Any]:
-        return {"binary": self.binary}
-
-    def _declared_seen(self) -> dict[str, int | None]:
-        return {"num_classes": 2 if self.binary else None, "n_members": None}
-
-    def _empty_state(self) -> dict[str, torch.Tensor]:
-        return {
-            k: torch.zeros((), dtype=_F64) for k in ("total", "aleatoric", "epistemic", "count")
-        }
-
-    def _stats(self, member_probs: Any) -> tuple[dict[str, torch.Tensor], dict]:
-        fn = f"{self._fn}.update"
-        p = as_member_stack(
-            member_probs, "member_probs", fn, binary=self.binary, from_logits=self.from_logits
-        )
-        k = 2 if self.binary else int(p.shape[2])
-        seen = self._seen_in(fn, "member_probs", num_classes=k, n_members=int(p.shape[0]))
-        if self.binary:
-            p = torch.stack([1.0 - p, p], dim=-1)
-        total = _entropy(p.mean(dim=0))
-        aleatoric = _entropy(p).mean(dim=0)
-        epistemic = (total - aleatoric).clamp_min(0.0)
-        n = torch.tensor(float(p.shape[1]), dtype=_F64, device=p.device)
-        stats = {
-            "total": total.sum(),
-            "aleatoric": aleatoric.sum(),
-            "epistemic": epistemic.sum(),
-            "count": n,
-        }
-        return stats, seen
-
-    def _check_sums(self, state: dict[str, torch.Tensor], where: str) -> None:
-        count = state["count"]
-        check_whole(count, where, "count")
-        for key in ("total", "aleatoric", "epistemic"):
-            check_non_negative(state[key], where, key)
-            check_zero_where_empty(state[key], count, where, key)
-        total, aleatoric, epistemic = (float(state[k]) for k in ("total", "aleatoric", "epistemic"))
-        # per sample EU = max(TU - AU, 0), and TU >= AU up to rounding
-        if abs(epistemic - (total - aleatoric)) > SLACK * (total + aleatoric + float(count)):
-            raise ValueError(
-                f"{where}['epistemic']` must equal total - aleatoric = {total - aleatoric:.6g} "
-                f"(got {epistemic:.6g})"
-            )
-
-    def _value(self, state: dict[str, torch.Tensor]) -> dict[str, float]:
-        n = state["count"]
-        return {k: float(state[k] / n) for k in ("total", "aleatoric", "epistemic")}
-
-    def update(self, member_probs: Any) -> UncertaintyMeter:
-        """Add a batch of member predictions ``[M, B, K]`` (``[M, B]`` with ``binary=True``)."""
-        return super().update(member_probs)
-
-
-def _check_state_size(groups: int, slots: int, members: int, fn: str, name: str) -> None:
-    """An EECE state holds ``groups * slots * (members + 3)`` float64 sums; refuse more than
-    ``3 * MAX_BIN_SLOTS`` (the classwise calibration meter's budget) before allocating."""
-    size = groups * slots * (members + 3)
-    if size <= MAX_STATE_NUMBERS:
-        return
-    if name == "num_classes":
-        raise ValueError(
-            f"{fn}: `num_classes` must be <= {MAX_STATE_NUMBERS // (slots * (members + 3))} "
-            f"for one shared set of {slots} centroids of {members} members (the state holds "
-            f"num_classes * centroids * (members + 3) <= {MAX_STATE_NUMBERS} sums) "
-            f"(got {groups})"
-        )
-    raise ValueError(
-        f"{fn}: `centroids` must make a state of at most {MAX_STATE_NUMBERS} sums (sets * "
-        f"centroids * (members + 3)) (got {groups} x {slots} x ({members} + 3) = {size})"
-    )
-
-
-def _as_centroids(centroids: Any, fn: str) -> torch.Tensor:
-    """``[G, S, H]`` float64: one ``[M, H]`` set (G = 1), ``[K, M, H]``, or a list of ``[M_k, H]``
-    sets padded with far-away centroids to the largest ``M_k`` (sizes checked first)."""
-    if isinstance(centroids, Sequence) and not isinstance(centroids, (str, bytes)):
-        sets = [as_float_tensor(c, f"centroids[{k}]", fn, ndim=2) for k, c in enumerate(centroids)]
-        if not sets:
-            raise ValueError(f"{fn}: `centroids` must hold at least one centroid set (got none)")
-        widths = {c.shape[1] for c in sets}
-        if len(widths) != 1:
-            raise ValueError(
-                f"{fn}: `centroids` sets must share one width H (got {sorted(widths)})"
-            )
-        size = max(c.shape[0] for c in sets)
-        width = widths.pop()
-        _check_state_size(len(sets), size, width, fn, "centroids")
-        out = torch.full((len(sets), size, width), _FAR, dtype=_F64)
-        for k, c in enumerate(sets):
-            out[k, : c.shape[0]] = c.cpu()
-        return out
-    if centroids is None:
-        raise ValueError(
-            f"{fn}: `centroids` must be fitted K-means centroids (got None) - fit them on a "
-            "sample with EECEMeter.from_sample(member_probs, n_bins) or "
-            "bensemble.metrics.fit_bins(member_probs[:, :, k].T, n_bins) per class"
-        )
-    t = as_float_tensor(centroids, "centroids", fn, ndim=(2, 3))
-    t = t[None] if t.ndim == 2 else t
-    if 0 in t.shape:
-        raise ValueError(f"{fn}: `centroids` must not be empty (got shape {list(t.shape)})")
-    _check_state_size(t.shape[0], t.shape[1], t.shape[2], fn, "centroids")
-    return t
+_check_state_size = check_state_size  # the name tests and callers used before the split
 
 
 class EECEMeter(MergeableState):
@@ -195,13 +74,18 @@ class EECEMeter(MergeableState):
     :func:`~bensemble.metrics.expected_epistemic_calibration_error`.
 
     Args:
-        centroids: fitted centroids: ``[M, H]`` (binary / top-label, or shared by all classes),
+        binning: the fixed bins: a fitted binning (:mod:`bensemble.metrics.binning`:
+            ``KMeansBinning`` - from :meth:`from_sample`, ``.fit`` on a calibration split or
+            ``KMeansBinning.from_centroids`` - ``UniformBinning``, ``QuantileBinning``; it says
+            what it bins, so ``multiclass`` / ``binary`` are left at their defaults), or
+            K-means centroids: ``[M, H]`` (binary / top-label, or shared by all classes),
             ``[K, M, H]`` or a list of ``K`` ``[M_k, H]`` sets for "classwise" (from
-            :meth:`from_sample` or :func:`~bensemble.metrics.fit_bins`). The state holds
-            ``K * M * (H + 3)`` sums, at most :data:`MAX_STATE_NUMBERS`.
+            :func:`~bensemble.metrics.fit_bins`). The state holds ``K * M * (H + 3)`` sums,
+            at most :data:`MAX_STATE_NUMBERS`.
         multiclass: ``"classwise"`` or ``"top_label"`` (ignored with ``binary=True``).
         num_classes: ``K``, needed only for one ``[M, H]`` set shared by every class.
         binary: batches are ``[H, B]`` positive-class member probabilities.
+        centroids: the name ``binning`` had before binning objects (keyword use).
 
     Example:
         >>> p = torch.tensor([[0.2, 0.2, 0.9, 0.9], [0.4, 0.4, 0.7, 0.7]])
@@ -215,16 +99,26 @@ class EECEMeter(MergeableState):
 
     def __init__(
         self,
-        centroids: Any,
+        binning: Any = None,
         multiclass: str = "classwise",
         num_classes: int | None = None,
         *,
         binary: bool = False,
+        centroids: Any = None,
     ) -> None:
         fn = self._fn
         self.binary = check_bool(binary, "binary", fn)
         self.multiclass = check_option(multiclass, "multiclass", MULTICLASS, fn)
-        self.centroids = _as_centroids(centroids, fn)
+        if binning is not None and centroids is not None:
+            raise ValueError(f"{fn}: pass either `binning` or `centroids`, not both (got both)")
+        self._binning, self._groups, centroids = self._bins_of(
+            centroids if binning is None else binning, fn
+        )
+        if self._binning is not None:
+            self.centroids, self.n_members = None, int(self._binning._state["n_members"])
+            self._init_state()
+            return
+        self.centroids = as_centroids(centroids, fn)
         if self._classwise and self.centroids.shape[0] == 1:
             if num_classes is None:
                 raise ValueError(
@@ -232,7 +126,7 @@ class EECEMeter(MergeableState):
                     "by every class with multiclass='classwise' (got None)"
                 )
             k = check_positive_int(num_classes, "num_classes", fn, minimum=2)
-            _check_state_size(k, *self.centroids.shape[1:], fn, "num_classes")
+            check_state_size(k, *self.centroids.shape[1:], fn, "num_classes")
             self.centroids = self.centroids.expand(k, -1, -1).contiguous()
         if (binary or multiclass == "top_label") and self.centroids.shape[0] != 1:
             raise ValueError(
@@ -241,6 +135,33 @@ class EECEMeter(MergeableState):
             )
         self.n_members = int(self.centroids.shape[2])
         self._init_state()
+
+    def _bins_of(self, value: Any, fn: str):
+        """``(binning used through assign, its groups, centroids)`` of what came as the bins;
+        a fitted binning sets ``multiclass`` / ``binary``."""
+        if not isinstance(value, Binning):
+            return None, None, value
+        if isinstance(value, ExplicitBinning) or not value.fitted:
+            raise ValueError(
+                f"{fn}: `binning` must be fitted bins that apply to any batch - K-means cells or "
+                "bins of the mean prediction, fitted (EECEMeter.from_sample(sample, binning=...) "
+                f"fits one) - not explicit ids or an unfitted binning (got {value!r})"
+            )
+        mode = value.multiclass_
+        if (self.binary, self.multiclass) != (False, "classwise"):
+            raise ValueError(
+                f"{fn}: `multiclass` and `binary` must be left at their defaults with a fitted "
+                f"binning, which bins {mode} predictions (got multiclass={self.multiclass!r}, "
+                f"binary={self.binary})"
+            )
+        self.binary = mode == "binary"
+        self.multiclass = "top_label" if mode == "top_label" else "classwise"
+        if isinstance(value, KMeansBinning):  # fixed centroids: the K-means cells themselves
+            return None, None, value.centroids_
+        state = value._state
+        groups = state["n_classes"] if mode == "classwise" else 1
+        check_state_size(groups, value.n_bins_, state["n_members"], fn, "binning")
+        return value, groups, None
 
     @classmethod
     def from_sample(
@@ -251,6 +172,7 @@ class EECEMeter(MergeableState):
         multiclass: str = "classwise",
         binary: bool = False,
         seed: int = 0,
+        binning: Binning | None = None,
     ) -> EECEMeter:
         """An empty meter whose K-means bins are fitted on a sample (phase 1 of the protocol).
 
@@ -268,6 +190,8 @@ class EECEMeter(MergeableState):
             multiclass: ``"classwise"`` or ``"top_label"``.
             binary: positive-class member probabilities ``[H, N]``.
             seed: the K-means seed (fixed default: identical calls fit identical bins).
+            binning: instead of ``n_bins`` / ``seed``, a binning to fit on the sample (a copy is
+                fitted; e.g. ``KMeansBinning(n_bins=100)``, ``QuantileBinning(15)``).
 
         Example:
             >>> g = torch.Generator().manual_seed(0)
@@ -279,6 +203,14 @@ class EECEMeter(MergeableState):
         fn = f"{cls._fn}.from_sample"
         binary = check_bool(binary, "binary", fn)
         multiclass = check_option(multiclass, "multiclass", MULTICLASS, fn)
+        if binning is not None:
+            if not isinstance(binning, Binning):
+                raise ValueError(
+                    f"{fn}: `binning` must be a binning from bensemble.metrics.binning (got "
+                    f"{type(binning).__name__})"
+                )
+            fitted = copy.deepcopy(binning).fit(member_probs, multiclass=multiclass, binary=binary)
+            return cls(fitted)
         p = as_member_stack(member_probs, "member_probs", fn, binary=binary)
         bins = resolve_n_bins(n_bins, int(p.shape[1]), fn)
         if binary or multiclass == "top_label":
@@ -297,13 +229,20 @@ class EECEMeter(MergeableState):
         return not self.binary and self.multiclass == "classwise"
 
     def _settings(self) -> dict[str, Any]:
-        return {"multiclass": self.multiclass, "binary": self.binary, "centroids": self.centroids}
+        settings = {"multiclass": self.multiclass, "binary": self.binary}
+        if self._binning is None:
+            return {**settings, "centroids": self.centroids}
+        state = self._binning._state
+        bins = state["edges"] if "edges" in state else torch.tensor([float(state["n_bins"])])
+        return {**settings, "binning": type(self._binning).__name__, "bins": bins}
 
     def _declared_seen(self) -> dict[str, int | None]:
-        classes = 2 if self.binary else (self.centroids.shape[0] if self._classwise else None)
+        classes = 2 if self.binary else (self._slots()[0] if self._classwise else None)
         return {"num_classes": classes, "n_members": self.n_members}
 
     def _slots(self) -> tuple[int, int]:
+        if self._binning is not None:
+            return self._groups, self._binning.n_bins_
         return self.centroids.shape[0], self.centroids.shape[1]
 
     def _empty_state(self) -> dict[str, torch.Tensor]:
@@ -323,7 +262,9 @@ class EECEMeter(MergeableState):
         counts = state["counts"]
         g, s = self._slots()
         check_whole(counts, where, "counts")
-        padded = (self.centroids[:, :, 0] == _FAR).reshape(-1).to(counts.device)
+        padded = torch.zeros_like(counts, dtype=torch.bool)
+        if self.centroids is not None:
+            padded = (self.centroids[:, :, 0] == FAR).reshape(-1).to(counts.device)
         if bool((counts[padded] != 0).any()):  # a padding centroid is nearest to no point
             raise ValueError(f"{where}['counts']` must be 0 in the padding bins of smaller sets")
         check_whole(state["sum_y"], where, "sum_y")
@@ -373,14 +314,20 @@ class EECEMeter(MergeableState):
                     f"{list(eu_t.shape)}, minimum {float(eu_t.min()):.4g})"
                 )
             eu_rows = eu_t.T.reshape(-1) if self._classwise else eu_t
-        slots = self.centroids.shape[1]
-        centroids = self.centroids.to(p.device)
-        ids = torch.cat(
-            [
-                _assign(cols[:, k * n : (k + 1) * n].T, centroids[k])[0] + k * slots
-                for k in range(groups)
-            ]
-        )
+        slots = self._slots()[1]
+        if self._binning is not None:
+            ids = self._binning.assign(p).reshape(groups, n) + (
+                torch.arange(groups, device=p.device)[:, None] * slots
+            )
+            ids = ids.reshape(-1)
+        else:
+            centroids = self.centroids.to(p.device)
+            ids = torch.cat(
+                [
+                    _assign(cols[:, k * n : (k + 1) * n].T, centroids[k])[0] + k * slots
+                    for k in range(groups)
+                ]
+            )
         counts, sum_y, sum_eu, sum_p = _eece_update(
             cols, outcome.to(_F64), eu_rows, ids, groups * slots
         )

@@ -27,6 +27,8 @@ from bensemble._validation import (
     check_positive,
     to_tensor,
 )
+from bensemble.metrics._eece_legacy import LEGACY_KEYWORDS
+from bensemble.metrics.binning import Binning, KMeansBinning
 from bensemble.metrics.epistemic import EECEDetails, expected_epistemic_calibration_error
 from bensemble.plots._layout import diagonal, diagonal_extent, marker_handle, place_legend
 from bensemble.plots.maps import plot_toy_maps
@@ -176,7 +178,7 @@ class EpistemicReliabilityDisplay:
         cls,
         member_probs: Any,
         labels: Any,
-        n_bins: int = 100,
+        binning: Binning | None = None,
         *,
         class_index: int | None = None,
         name: str | None = None,
@@ -184,14 +186,21 @@ class EpistemicReliabilityDisplay:
         **eece_kwargs: Any,
     ) -> EpistemicReliabilityDisplay:
         """Compute the EECE details of ``member_probs [H, N, K]`` (binary positive-class
-        members ``[H, N]`` with ``binary=True``; a 2-D array is an error without it) and wrap
-        them; ``eece_kwargs`` go to
-        :func:`~bensemble.metrics.expected_epistemic_calibration_error`."""
+        members ``[H, N]`` with ``binary=True``; a 2-D array is an error without it) with
+        ``binning`` and wrap them.
+
+        ``binning`` is a :mod:`~bensemble.metrics.binning` binning (default
+        ``KMeansBinning(n_bins=100)``), fitted on these points unless fitted already;
+        ``eece_kwargs`` (``multiclass``, ``eu``) go to
+        :func:`~bensemble.metrics.expected_epistemic_calibration_error`. The keyword arguments
+        of bensemble 0.3 (an ``n_bins`` in the ``binning`` slot, ``seed``, ``bins``, ...) still
+        work there, deprecated."""
         fn = "EpistemicReliabilityDisplay.from_member_probs"
         t = to_tensor(member_probs, "member_probs", fn)
         as_member_stack(t, "member_probs", fn, binary=binary, dtype=None)
+        binning = _default_binning(binning, eece_kwargs)
         details = expected_epistemic_calibration_error(
-            t, labels, n_bins, return_details=True, binary=binary, **eece_kwargs
+            t, labels, binning, return_details=True, binary=binary, **eece_kwargs
         )
         return cls.from_details(details, class_index=class_index, name=name)
 
@@ -316,6 +325,21 @@ class EpistemicReliabilityDisplay:
         return self
 
 
+#: Bins of the displays' default binning.
+DEFAULT_N_BINS = 100
+
+
+def _default_binning(binning: Any, eece_kwargs: dict[str, Any]) -> Any:
+    """``KMeansBinning(n_bins=100)`` unless a binning (or, deprecated, an ``n_bins``) is given;
+    with deprecated EECE keywords and no binning, the old default ``n_bins=100`` (so that the
+    old calls give their old numbers)."""
+    if binning is not None:
+        return binning
+    if set(eece_kwargs) & set(LEGACY_KEYWORDS):
+        return DEFAULT_N_BINS
+    return KMeansBinning(n_bins=DEFAULT_N_BINS)
+
+
 def auto_scale(display: EpistemicReliabilityDisplay) -> str:
     """The scale ``scale="auto"`` draws: ``"log"`` where the mass sits near zero, else linear.
 
@@ -357,7 +381,7 @@ def _class_colours(n_classes: int) -> Any:
 def plot_epistemic_reliability_diagram(
     member_probs: Any,
     labels: Any,
-    n_bins: int = 100,
+    binning: Binning | None = None,
     *,
     class_index: int | None = None,
     scale: str = "auto",
@@ -370,15 +394,16 @@ def plot_epistemic_reliability_diagram(
     ``"linear"`` or ``"log"``; classwise details without ``class_index`` are drawn with one
     colour per class.
 
-    A thin shell over :meth:`EpistemicReliabilityDisplay.from_member_probs` and
-    :meth:`EpistemicReliabilityDisplay.plot`; ``eece_kwargs`` (``seed``, ``eu``, ``bins``, ...)
-    go to :func:`~bensemble.metrics.expected_epistemic_calibration_error`. ``member_probs`` is
+    A thin shell over :meth:`EpistemicReliabilityDisplay.from_member_probs` (``binning``:
+    default ``KMeansBinning(n_bins=100)``) and :meth:`EpistemicReliabilityDisplay.plot`;
+    ``eece_kwargs`` (``multiclass``, ``eu``) go to
+    :func:`~bensemble.metrics.expected_epistemic_calibration_error`. ``member_probs`` is
     ``[H, N, K]``, or binary positive-class members ``[H, N]`` with ``binary=True``.
 
     Returns:
         The matplotlib Figure.
     """
     display = EpistemicReliabilityDisplay.from_member_probs(
-        member_probs, labels, n_bins, class_index=class_index, binary=binary, **eece_kwargs
+        member_probs, labels, binning, class_index=class_index, binary=binary, **eece_kwargs
     )
     return display.plot(scale=scale).figure_

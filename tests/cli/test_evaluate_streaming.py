@@ -150,7 +150,7 @@ def test_randomised_conformal_sets_get_the_in_memory_uniforms(score):
 def test_streamed_kmeans_refinement_with_a_split(tmp_path, monkeypatch):
     """A part larger than the K-means subsample: the fit gathers the seeded subsample rows and
     its refinement passes stream over the file (with a split: in file order, not test order)."""
-    import bensemble.metrics._kmeans as km
+    import bensemble.metrics.binning._fit as km
 
     monkeypatch.setattr(sk, "DEFAULT_SUBSAMPLE", 120)
     monkeypatch.setattr(km, "DEFAULT_SUBSAMPLE", 120)
@@ -306,7 +306,7 @@ class _Spy:
 
 
 def test_reads_stay_within_a_chunk_and_nothing_is_materialised(tmp_path, monkeypatch):
-    import bensemble.metrics._kmeans as km
+    import bensemble.metrics.binning._fit as km
 
     monkeypatch.setattr(sk, "DEFAULT_SUBSAMPLE", 400)
     monkeypatch.setattr(km, "DEFAULT_SUBSAMPLE", 400)

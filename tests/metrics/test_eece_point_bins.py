@@ -6,7 +6,7 @@ import torch
 
 from bensemble import metrics as M
 from bensemble.metrics._epistemic_checks import canonical_member_order
-from bensemble.metrics._kmeans import DEFAULT_LLOYD_RTOL
+from bensemble.metrics.binning._fit import DEFAULT_LLOYD_RTOL
 
 
 def _members(h=4, n=600, k=3, seed=0):

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-import bensemble.metrics._kmeans as km
+import bensemble.metrics.binning._fit as km
 import bensemble.metrics._streaming_kmeans as sk
 from bensemble.metrics import expected_epistemic_calibration_error
 from bensemble.metrics._epistemic_checks import canonical_member_order
-from bensemble.metrics._kmeans import DEFAULT_LLOYD_RTOL, _fit
+from bensemble.metrics.binning._fit import DEFAULT_LLOYD_RTOL, _fit
 from bensemble.metrics.streaming_eval import (
     EECESums,
     MemberRows,

@@ -66,6 +66,28 @@ def test_from_member_probs_equals_from_details():
     assert a.value == details.value
 
 
+def test_a_binning_object_gives_the_old_keyword_numbers():
+    from bensemble.metrics.binning import KMeansBinning, QuantileBinning
+
+    p, y = _members(k=3, seed=4)
+    with pytest.warns(DeprecationWarning):
+        old = EpistemicReliabilityDisplay.from_member_probs(p, y, 12, seed=5, class_index=1)
+    new = EpistemicReliabilityDisplay.from_member_probs(
+        p, y, KMeansBinning(12, seed=5), class_index=1
+    )
+    for field in ("trust", "squared_error", "counts"):
+        torch.testing.assert_close(getattr(old, field), getattr(new, field), equal_nan=True)
+    assert old.value == new.value
+    # a fitted binning is reused, any binning works; the default is 100 K-means bins, seed 0
+    cells = KMeansBinning(8).fit(p)
+    fixed = EpistemicReliabilityDisplay.from_member_probs(p, y, cells)
+    assert fixed.value == expected_epistemic_calibration_error(p, y, cells)
+    quantile = plot_epistemic_reliability_diagram(p, y, QuantileBinning(5), class_index=0)
+    assert isinstance(quantile, Figure)
+    default = EpistemicReliabilityDisplay.from_member_probs(p, y)
+    assert default.value == expected_epistemic_calibration_error(p, y, KMeansBinning(100))
+
+
 def test_classwise_details_pool_or_select_a_class():
     p, y = _members(k=3, seed=2)
     details = expected_epistemic_calibration_error(p, y, 10, seed=0, return_details=True)

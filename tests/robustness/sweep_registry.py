@@ -124,12 +124,28 @@ def _binary_kw(fn: Callable[..., Any]) -> dict[str, Any]:
 
 
 def _eece(member_probs, labels):
-    return metrics.expected_epistemic_calibration_error(member_probs, labels, n_bins=3, seed=0)
+    binning = metrics.KMeansBinning(n_bins=3)
+    return metrics.expected_epistemic_calibration_error(member_probs, labels, binning)
 
 
 def _eece_binary(member_probs, labels):
     fn = metrics.expected_epistemic_calibration_error
-    return fn(member_probs, labels, n_bins=3, seed=0, **_binary_kw(fn))
+    return fn(member_probs, labels, metrics.KMeansBinning(n_bins=3), **_binary_kw(fn))
+
+
+def _binning(make):
+    """``make()``'s binning fitted on binary members and applied to them: ``[N]`` bin ids."""
+
+    def call(member_probs):
+        return make().fit(member_probs, binary=True).assign(member_probs)
+
+    return call
+
+
+def _explicit(member_probs):
+    n = len(member_probs[0])  # the sweep's cases are well-formed up to the values
+    binning = metrics.ExplicitBinning(torch.arange(n) % 3)
+    return binning.fit(member_probs, binary=True).assign(member_probs)
 
 
 def _bce(member_probs, labels):
@@ -217,6 +233,32 @@ OVERRIDES: list[Entry] = [
         {"member_probs": "binary_member", "labels": "binary_labels"},
         _in(0, 1),
         names=("n_bins",),
+    ),
+    Entry(
+        "KMeansBinning",
+        _binning(lambda: metrics.KMeansBinning(n_bins=3)),
+        {"member_probs": "binary_member"},
+        _bin_ids,
+        names=("n_bins",),
+    ),
+    Entry(
+        "UniformBinning",
+        _binning(lambda: metrics.UniformBinning(3)),
+        {"member_probs": "binary_member"},
+        _bin_ids,
+    ),
+    Entry(
+        "QuantileBinning",
+        _binning(lambda: metrics.QuantileBinning(3)),
+        {"member_probs": "binary_member"},
+        _bin_ids,
+    ),
+    Entry(
+        "ExplicitBinning",
+        _explicit,
+        {"member_probs": "binary_member"},
+        _bin_ids,
+        names=("bin_ids",),  # N = 0: no ids
     ),
     Entry(
         "binary_calibration_error",

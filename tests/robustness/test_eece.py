@@ -51,7 +51,12 @@ def _quiet(fn, *args, **kwargs):
 
 
 def test_auto_is_the_default_number_of_bins():
-    assert inspect.signature(eece).parameters["n_bins"].default == "auto"
+    from bensemble.metrics.binning import KMeansBinning
+
+    assert inspect.signature(eece).parameters["binning"].default is None  # KMeansBinning()
+    assert inspect.signature(KMeansBinning).parameters["n_bins"].default == "auto"
+    p, y, _ = _binary_members(4, 2_500, seed=0)
+    assert eece(p, y, binary=True, return_details=True).n_bins == 50
 
 
 @pytest.mark.parametrize(

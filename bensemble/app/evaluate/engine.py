@@ -36,7 +36,7 @@ from bensemble.app.evaluate.calibrated import CalibratedPart, split_indices
 from bensemble.app.evaluate.options import EvaluateOptions
 from bensemble.app.evaluate.plan import Plan
 from bensemble.app.evaluate.states import EvaluationState, rows_of
-from bensemble.metrics._kmeans_batched import single_threaded
+from bensemble.metrics.binning._threads import single_threaded
 
 __all__ = ["accumulate", "one_thread", "prepare", "ranges", "warn_on_simplex"]
 
@@ -64,7 +64,7 @@ def one_thread() -> Iterator[None]:
 def prepare(source: Any, options: EvaluateOptions, *, fn: str, stage: Any) -> Plan:
     """The passes before the main one (module docstring); ``stage(label)`` times each."""
     from bensemble.metrics._epistemic_checks import resolve_n_bins
-    from bensemble.metrics._kmeans import resolve_seed
+    from bensemble.metrics.binning._fit import resolve_seed
     from bensemble.metrics.streaming_eval import canonical_order_chunked, fit_classwise_centroids
 
     o = options

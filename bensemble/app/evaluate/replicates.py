@@ -117,7 +117,7 @@ class GatheredBootstrap:
         """The interval rows around the ``reported`` values (stage -> metric -> value)."""
         if self.bootstrap == 0 or not self.chunks:
             return IntervalResult()
-        from bensemble.metrics._kmeans_batched import single_threaded
+        from bensemble.metrics.binning._threads import single_threaded
 
         # one torch thread: the heavy parts (sparse products, numpy) are single-threaded anyway,
         # and the rest costs 2-3x the CPU time on a loaded machine with more

@@ -1,4 +1,4 @@
-"""Batched classwise K-means (bensemble.metrics._kmeans_classes): class for class bit-identical to
+"""Batched classwise K-means (bensemble.metrics.binning._classes): class for class bit-identical to
 the single-threaded per-class loop, whatever the batching, the workers and the stopping rule."""
 
 from __future__ import annotations
@@ -7,17 +7,11 @@ import pytest
 import torch
 
 from bensemble.metrics import expected_epistemic_calibration_error, fit_bins
-from bensemble.metrics._epistemic_checks import partition
-from bensemble.metrics._kmeans import DEFAULT_LLOYD_RTOL
-from bensemble.metrics._kmeans_batched import single_threaded
-from bensemble.metrics._kmeans_classes import (
-    MAX_BATCH_SCORES,
-    _chunk_size,
-    _lloyd_batch,
-    _seed_batch,
-    fit_classes,
-)
-from bensemble.metrics._kmeans_core import _kmeans_plusplus, _lloyd
+from bensemble.metrics.binning._batched import _lloyd_batch, _seed_batch
+from bensemble.metrics.binning._classes import MAX_CHUNK_CLASSES, _chunk_size, fit_classes
+from bensemble.metrics.binning._fit import DEFAULT_LLOYD_RTOL, fit_assign
+from bensemble.metrics.binning._lloyd import _kmeans_plusplus, _lloyd
+from bensemble.metrics.binning._threads import single_threaded
 
 F64 = torch.float64
 
@@ -38,14 +32,8 @@ def _options(**kw):
 def _loop(xs, n_bins, seed, options):
     with single_threaded():
         return [
-            partition(
-                x,
-                binning="kmeans",
-                n_bins=n_bins,
-                centroids=None,
-                backend="torch",
-                seed=seed,
-                fit_options={**options, "batch_size": 8192},
+            fit_assign(
+                x, n_bins, backend="torch", seed=seed, fit_options={**options, "batch_size": 8192}
             )
             for x in xs
         ]
@@ -53,16 +41,11 @@ def _loop(xs, n_bins, seed, options):
 
 def _batched(xs, n_bins, seed, options, workers):
     def fallback(k):
-        return partition(
-            xs[k],
-            binning="kmeans",
-            n_bins=n_bins,
-            centroids=None,
-            backend="torch",
-            seed=seed,
-            fit_options={**options, "batch_size": 8192},
+        return fit_assign(
+            xs[k], n_bins, backend="torch", seed=seed, fit_options={**options, "batch_size": 8192}
         )
 
+    options = {"coreset": None, "lloyd_rtol": 0.0, **options}
     return fit_classes(
         lambda k: xs[k], len(xs), n_bins, seed=seed, fallback=fallback, workers=workers, **options
     )
@@ -70,9 +53,9 @@ def _batched(xs, n_bins, seed, options, workers):
 
 def _assert_same(loop, batched):
     assert len(loop) == len(batched)
-    for (ids_a, m_a, info_a), (ids_b, m_b, info_b) in zip(loop, batched, strict=True):
+    for (ids_a, c_a, info_a), (ids_b, c_b, info_b) in zip(loop, batched, strict=True):
         assert torch.equal(ids_a, ids_b)
-        assert m_a == m_b
+        assert torch.equal(c_a, c_b)
         assert info_a == info_b
 
 
@@ -90,7 +73,7 @@ def _assert_same(loop, batched):
 )
 def test_batched_fits_equal_the_single_threaded_loop(options, workers):
     xs = _classes()
-    assert _chunk_size(len(xs), 400, 12, workers) > 1  # really batched
+    assert _chunk_size(len(xs), 400, 5, workers) > 1  # really batched
     _assert_same(_loop(xs, 12, 7, options), _batched(xs, 12, 7, options, workers))
 
 
@@ -178,12 +161,13 @@ def test_threads_restored_and_errors_propagate():
 
     xs[2] = xs[2][:2].repeat(100, 1)  # forces class 2 onto the fallback
     with pytest.raises(ValueError, match="class 2 failed"):
-        fit_classes(lambda k: xs[k], 4, 10, seed=0, fallback=boom, workers=2)
+        fit_classes(lambda k: xs[k], 4, 10, seed=0, fallback=boom, workers=2, **_options())
     assert torch.get_num_threads() == before
 
 
-def test_chunk_size_bounds_the_batch_and_feeds_every_worker():
-    assert _chunk_size(1000, 50_000, 100, 2) == 1  # large classes: one at a time
-    assert _chunk_size(1000, 1000, 100, 2) == MAX_BATCH_SCORES // 100_000
-    assert _chunk_size(10, 1000, 100, 2) == 5  # both workers get classes
+def test_chunk_size_bounds_the_chunk_and_feeds_every_worker():
+    assert _chunk_size(1000, 50_000, 10, 2) == 8  # 2^22 elements: 8 classes of 50,000 x 10
+    assert _chunk_size(1000, 5_000, 10, 2) == MAX_CHUNK_CLASSES
+    assert _chunk_size(1000, 10**6, 10, 2) == 1  # huge classes: one at a time
+    assert _chunk_size(10, 1000, 10, 2) == 5  # both workers get classes
     assert _chunk_size(3, 10, 5, 1) == 3

@@ -3,7 +3,7 @@ scikit-learn does) and Lloyd iterations, in float32 (centroids are returned in f
 
 Lloyd stops when no label changes or when the summed squared centroid shift falls below
 ``tol_abs``; an empty cluster keeps its centre (the caller drops it). The same arithmetic runs for
-many classes at once in :mod:`bensemble.metrics._kmeans_classes`, which must stay bit-identical to
+many classes at once in :mod:`bensemble.metrics.binning._classes`, which must stay bit-identical to
 these functions: change both together.
 """
 
@@ -13,7 +13,8 @@ import math
 
 import torch
 
-from bensemble.metrics._kmeans_assign import _assign
+from bensemble.metrics.binning import _sorted
+from bensemble.metrics.binning._nearest import _assign
 
 __all__ = ["_candidate_dist", "_kmeans_plusplus", "_lloyd", "_fit_torch"]
 
@@ -109,10 +110,18 @@ def _lloyd(
 
 
 def _fit_torch(x, n_bins, g, max_iter, tol_abs, rtol=0.0):
-    # The fit runs in float32: about twice as fast, and distances between probability vectors
-    # need no more precision to choose a cell. Centroids come back as float64, and every
-    # assignment after the fit (the one the EECE uses) is computed in float64.
+    """Seeding then Lloyd; with ``rtol > 0`` Lloyd runs on projection-sorted rows
+    (:mod:`~bensemble.metrics.binning._sorted`, what the classwise EECE runs for every class).
+
+    The fit runs in float32: about twice as fast, and distances between probability vectors
+    need no more precision to choose a cell. Centroids come back as float64, and every
+    assignment after the fit (the one the EECE uses) is computed in float64."""
     x32 = x.to(torch.float32)
     seeds = _kmeans_plusplus(x32, n_bins, g)
-    centroids, labels, n_iter, converged = _lloyd(x32, x32[seeds].clone(), max_iter, tol_abs, rtol)
+    start = x32[seeds].clone()
+    if rtol > 0:
+        fitted = _sorted.fit(x32[None], start[None], max_iter, [tol_abs], rtol)[0]
+    else:
+        fitted = _lloyd(x32, start, max_iter, tol_abs, rtol)
+    centroids, labels, n_iter, converged = fitted
     return centroids.to(torch.float64), labels, n_iter, converged

@@ -1,4 +1,4 @@
-"""Concurrent per-class K-means (bensemble.metrics._kmeans_batched): the same centroids as the
+"""Concurrent per-class K-means (bensemble.metrics.binning._threads): the same centroids as the
 sequential per-class loop, class for class, and the thread setting restored."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from bensemble.metrics import expected_epistemic_calibration_error, fit_bins
-from bensemble.metrics._kmeans import DEFAULT_LLOYD_RTOL, _fit
-from bensemble.metrics._kmeans_batched import map_classes, single_threaded
+from bensemble.metrics.binning._fit import DEFAULT_LLOYD_RTOL, _fit
+from bensemble.metrics.binning._threads import map_classes, single_threaded
 
 
 def _members(seed=0, h=5, n=3000, k=6):

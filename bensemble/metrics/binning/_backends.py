@@ -1,12 +1,13 @@
 """Scikit-learn and faiss backends of :func:`bensemble.metrics.fit_bins` (``"sklearn"``,
-``"minibatch"``, ``"faiss"``); the ``"torch"`` backend is :mod:`bensemble.metrics._kmeans_core`."""
+``"minibatch"``, ``"faiss"``); the ``"torch"`` backend is
+:mod:`bensemble.metrics.binning._lloyd`."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from bensemble.metrics._kmeans_assign import _assign
+from bensemble.metrics.binning._nearest import _assign
 
 __all__ = ["_fit_sklearn", "_fit_faiss"]
 

@@ -1,5 +1,5 @@
 """The classwise EECE's cheaper fits: its default Lloyd stopping rule (``lloyd_rtol``) within 1%
-of the exact fit's inertia, and the opt-in coreset fit (bensemble.metrics._kmeans_coreset): close
+of the exact fit's inertia, and the opt-in coreset fit (bensemble.metrics.binning._coreset): close
 in inertia, identical between the batched classwise path and ``_fit``; the exact fit still
 available (``lloyd_rtol=0``, ``coreset=None``)."""
 
@@ -11,16 +11,20 @@ import pytest
 import torch
 
 from bensemble.metrics import expected_epistemic_calibration_error, fit_bins
-from bensemble.metrics._epistemic_checks import partition
-from bensemble.metrics._kmeans import DEFAULT_CORESET, DEFAULT_LLOYD_RTOL, kmeans_inertia
-from bensemble.metrics._kmeans_batched import single_threaded
-from bensemble.metrics._kmeans_classes import fit_classes
-from bensemble.metrics._kmeans_coreset import (
+from bensemble.metrics.binning._classes import fit_classes
+from bensemble.metrics.binning._coreset import (
     _refine_until,
     _weighted_kmeans_plusplus,
     applies,
     fit_torch_coreset,
 )
+from bensemble.metrics.binning._fit import (
+    DEFAULT_CORESET,
+    DEFAULT_LLOYD_RTOL,
+    fit_assign,
+    kmeans_inertia,
+)
+from bensemble.metrics.binning._threads import single_threaded
 
 F64 = torch.float64
 
@@ -38,11 +42,9 @@ def _one_vs_rest(n_classes, classes, n, h=6, seed=0):
 
 
 def _fit_class(x, n_bins, seed, coreset, lloyd_rtol=0.0):
-    return partition(
+    return fit_assign(
         x,
-        binning="kmeans",
-        n_bins=n_bins,
-        centroids=None,
+        n_bins,
         backend="torch",
         seed=seed,
         fit_options={
@@ -116,10 +118,14 @@ def test_batched_classwise_coreset_equals_the_per_class_fit():
             fallback=lambda k: _fit_class(xs[k], 12, 5, 700),
             workers=workers,
             coreset=700,
+            subsample=50_000,
+            refine=2,
+            max_iter=300,
+            tol=1e-4,
         )
-        for (a, m_a, info_a), (b, m_b, info_b) in zip(loop, out, strict=True):
-            assert torch.equal(a, b)
-            assert (m_a, info_a) == (m_b, info_b)
+        for (a, c_a, info_a), (b, c_b, info_b) in zip(loop, out, strict=True):
+            assert torch.equal(a, b) and torch.equal(c_a, c_b)
+            assert info_a == info_b
     assert loop[0][2]["coreset"] == 700
 
 

@@ -31,8 +31,8 @@ import math
 
 import torch
 
-from bensemble.metrics._kmeans_assign import _assign, _chunks
-from bensemble.metrics._kmeans_core import _fit_torch
+from bensemble.metrics.binning._lloyd import _fit_torch
+from bensemble.metrics.binning._nearest import _assign, _chunks
 
 __all__ = ["MAX_REFINE_STEPS", "REFINE_RTOL", "applies", "fit_torch_coreset"]
 

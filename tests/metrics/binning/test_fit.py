@@ -8,7 +8,7 @@ import torch
 
 from bensemble.datasets import make_toy_gaussians
 from bensemble.metrics import assign_bins, fit_bins
-from bensemble.metrics._kmeans import (
+from bensemble.metrics.binning._fit import (
     BACKENDS,
     _fit,
     _kmeans_plusplus,

@@ -1,0 +1,138 @@
+"""Dense K-means kernels for ``C`` classes at once (``[C, n, H]`` stacks of member vectors).
+
+Every step of :mod:`bensemble.metrics.binning._lloyd` as one batched op over the classes:
+k-means++ candidate distances one ``baddbmm`` (``[C, T, H] x [C, H, n]``), the draws one batched
+``searchsorted``; each Lloyd assignment one ``baddbmm`` per cache-sized chunk of rows and a
+row-wise argmin, the centroid sums one ``index_add_`` with the flat index ``class * M + bin``.
+With one intra-op thread a batched op computes every class exactly as the per-class op does
+(same kernels, same row chunks, same summation order), and each class draws from its own
+generator in the same order, so every class gets what the per-class functions give it alone, bit
+for bit (``tests/metrics/binning/test_classes.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from bensemble.metrics.binning._lloyd import _within
+from bensemble.metrics.binning._nearest import _chunk_rows
+
+__all__ = ["_seed_batch", "_lloyd_batch"]
+
+_F64 = torch.float64
+
+
+def _argmin_last(scores: torch.Tensor) -> torch.Tensor:
+    """Argmin over the last axis (first index on ties); numpy's SIMD kernel on the CPU."""
+    if scores.device.type == "cpu":
+        return torch.from_numpy(scores.numpy().argmin(axis=-1).astype(np.int64, copy=False))
+    return scores.argmin(dim=-1)
+
+
+def _assign_batch(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """``[C, n]`` nearest centroid per row (float32 scores, the row chunks of ``_assign``)."""
+    n_cls, n, _ = x.shape
+    c_sq = (c * c).sum(2)
+    c_t = c.transpose(1, 2).contiguous()
+    step = min(_chunk_rows(c.shape[1]), n)
+    ids = torch.empty(n_cls, n, dtype=torch.int64, device=x.device)
+    block = torch.empty(n_cls, step, c.shape[1], dtype=x.dtype, device=x.device)
+    for start in range(0, n, step):
+        xb = x[:, start : start + step]
+        scores = torch.baddbmm(c_sq[:, None, :], xb, c_t, alpha=-2.0, out=block[:, : xb.shape[1]])
+        ids[:, start : start + xb.shape[1]] = _argmin_last(scores).to(x.device)
+    return ids
+
+
+def _candidate_dist(x, x_t, x_sq, rows, closest):
+    """``min(closest, ||x - x[rows]||^2)`` as ``[C, T, n]`` (``_lloyd._candidate_dist``
+    per class)."""
+    picked = x.gather(1, rows[:, :, None].expand(-1, -1, x.shape[2]))
+    d = torch.baddbmm(x_sq[:, None, :], picked, x_t, alpha=-2.0)
+    d.add_(x_sq.gather(1, rows)[:, :, None]).clamp_min_(0.0)
+    return torch.minimum(d, closest[:, None, :], out=d)
+
+
+def _seed_batch(x: torch.Tensor, n_clusters: int, gens: list[torch.Generator]):
+    """Greedy k-means++ for every class of ``x [C, n, H]`` (float32). Returns the ``[C, M]`` row
+    indices and a ``[C]`` mask of the classes whose seeding ran out of distinct rows (those must
+    be refitted alone)."""
+    n_cls, n, _ = x.shape
+    n_trials = 2 + int(math.log(n_clusters))
+    # Each class's generator draws what the per-class seeding draws, in the same order.
+    first = torch.cat([torch.randint(n, (1,), generator=g) for g in gens])
+    draws = torch.stack(
+        [torch.rand((n_clusters - 1) * n_trials, generator=g, dtype=_F64) for g in gens]
+    ).view(n_cls, n_clusters - 1, n_trials)
+    draws = draws.to(x.device)
+    x_sq = (x * x).sum(2)
+    x_t = x.transpose(1, 2).contiguous()
+    every = torch.arange(n_cls, device=x.device)
+    chosen = torch.empty(n_cls, n_clusters, dtype=torch.int64, device=x.device)
+    chosen[:, 0] = first.to(x.device)
+    closest = torch.full((n_cls, n), math.inf, dtype=x.dtype, device=x.device)
+    closest = _candidate_dist(x, x_t, x_sq, chosen[:, :1], closest)[:, 0]
+    exhausted = torch.zeros(n_cls, dtype=torch.bool, device=x.device)
+    for k in range(1, n_clusters):
+        cum = torch.cumsum(closest, 1, dtype=_F64)
+        total = cum[:, -1]
+        exhausted |= ~(total > 0)
+        candidates = torch.searchsorted(cum, draws[:, k - 1] * total[:, None], right=True)
+        candidates.clamp_(max=n - 1)
+        trial = _candidate_dist(x, x_t, x_sq, candidates, closest)
+        best = trial.sum(2, dtype=_F64).argmin(1)
+        chosen[:, k] = candidates[every, best]
+        closest = trial[every, best]
+    return chosen, exhausted
+
+
+def _lloyd_batch(
+    x: torch.Tensor, c: torch.Tensor, max_iter: int, tol_abs: list[float], rtol: float = 0.0
+):
+    """Lloyd for every class of ``x [C, n, H]`` from ``c [C, M, H]`` (float32), each class
+    stopping by its own rule. Returns ``[(centroids, labels, n_iter, converged)]`` per class."""
+    n_cls, n, width = x.shape
+    m = c.shape[1]
+    out: list[Any] = [None] * n_cls
+    active = list(range(n_cls))
+    labels_old = None
+    # per class, as _lloyd computes them (same values, same summation order)
+    x_sq = [float((x[i].to(_F64) ** 2).sum()) if rtol > 0 else 0.0 for i in range(n_cls)]
+    previous = [math.inf] * n_cls
+    for n_iter in range(1, max_iter + 1):
+        offsets = (torch.arange(len(active), device=x.device) * m)[:, None]
+        labels = _assign_batch(x, c)
+        flat = (labels + offsets).view(-1)
+        counts = torch.bincount(flat, minlength=len(active) * m).view(-1, m)
+        sums = torch.zeros(len(active) * m, width, dtype=x.dtype, device=x.device)
+        sums = sums.index_add_(0, flat, x.reshape(-1, width)).view(-1, m, width)
+        new = torch.where(
+            counts[:, :, None] > 0, sums / counts.clamp_min(1)[:, :, None].to(x.dtype), c
+        )
+        shift = ((new - c) ** 2).sum((1, 2)).tolist()
+        c = new
+        same = (labels == labels_old).all(1).tolist() if labels_old is not None else None
+        keep = []
+        for i, k in enumerate(active):
+            within = _within(x_sq[k], sums[i], counts[i]) if rtol > 0 else 0.0
+            stop = shift[i] <= tol_abs[k] or (rtol > 0 and previous[k] - within <= rtol * within)
+            previous[k] = within
+            if same is not None and same[i]:
+                out[k] = (c[i], labels[i], n_iter, True)
+            elif stop or n_iter == max_iter:
+                # not a strict stop: the labels are re-assigned to the final centroids
+                out[k] = (c[i], None, n_iter, stop)
+            else:
+                keep.append(i)
+        if not keep:
+            break
+        if len(keep) < len(active):
+            index = torch.tensor(keep, device=x.device)
+            x, c, labels = x[index], c[index], labels[index]
+            active = [active[i] for i in keep]
+        labels_old = labels
+    return out
