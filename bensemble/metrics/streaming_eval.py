@@ -41,8 +41,8 @@ import torch
 from bensemble.metrics._chunked_rows import MemberRows, open_memmap
 from bensemble.metrics._eece_stats import _eece_compute, _eece_update, _member_variance
 from bensemble.metrics._epistemic_checks import WARN_OCCUPANCY
-from bensemble.metrics.binning._nearest import _assign
 from bensemble.metrics._streaming_kmeans import FIT_BUDGET, _part_blocks, fit_classwise_centroids
+from bensemble.metrics.binning._nearest import _assign
 
 __all__ = [
     "EECESums",

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-import bensemble.metrics.binning._fit as km
 import bensemble.metrics._streaming_kmeans as sk
+import bensemble.metrics.binning._fit as km
 from bensemble.metrics import expected_epistemic_calibration_error
 from bensemble.metrics._epistemic_checks import canonical_member_order
 from bensemble.metrics.binning._fit import DEFAULT_LLOYD_RTOL, _fit
