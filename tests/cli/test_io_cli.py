@@ -271,12 +271,6 @@ sys.exit(main(argv))
 
 
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc")
-@pytest.mark.xfail(
-    strict=True,
-    reason="bensemble evaluate --chunk-size still reads np.load(mmap_mode='r'), which dies with "
-    "SIGBUS; passes once the evaluate engine reads through bensemble.io.open_npy_chunks (issue 21)"
-    " - then remove this mark",
-)
 def test_truncated_while_chunked_reading_exits_2_with_one_line(tmp_path):
     p, y = _inputs(tmp_path, n=200_000, m=1)
     cmd = [sys.executable, "-c", textwrap.dedent(_TRUNCATE_WHEN_OPENED), p]
