@@ -139,7 +139,7 @@ def test_report_api_writes_through_a_link(tmp_path):
 # ============================================================================ (c) names first
 def test_non_utf8_out_is_refused_before_the_work(tmp_path, capsys, monkeypatch):
     p, y = _inputs(tmp_path)
-    monkeypatch.setattr("bensemble.app.evaluate_cli.evaluate_predictions", _no_work)
+    monkeypatch.setattr("bensemble.app.evaluate.api.evaluate_source", _no_work)
     out = os.fsdecode(os.fsencode(str(tmp_path)) + b"/r\xe9sultats")
     code, _, err = _run(["evaluate", p, "--labels", y, "--out", out, *FAST], capsys)
     assert code == 2 and "r\\xe9sultats is not valid UTF-8" in _one_error(err)
@@ -148,7 +148,7 @@ def test_non_utf8_out_is_refused_before_the_work(tmp_path, capsys, monkeypatch):
 def test_non_utf8_input_name_is_refused_before_the_work(tmp_path, capsys, monkeypatch):
     name = os.fsdecode(b"pr\xe9dictions.npy")
     p, y = _inputs(tmp_path, name=name)
-    monkeypatch.setattr("bensemble.app.evaluate_cli.evaluate_predictions", _no_work)
+    monkeypatch.setattr("bensemble.app.evaluate.api.evaluate_source", _no_work)
     code, _, err = _run(["evaluate", p, "--labels", y, "--out", tmp_path / "r", *FAST], capsys)
     assert code == 2 and "pr\\xe9dictions.npy is not valid UTF-8" in _one_error(err)
 
@@ -161,7 +161,7 @@ def _no_work(*args, **kwargs):
 def test_out_name_longer_than_the_file_system_allows_is_refused_first(
     tmp_path, capsys, monkeypatch, command
 ):
-    monkeypatch.setattr("bensemble.app.evaluate_cli.evaluate_predictions", _no_work)
+    monkeypatch.setattr("bensemble.app.evaluate.api.evaluate_source", _no_work)
     monkeypatch.setattr("bensemble.app.demo._toy_runs", _no_work)
     name_max = os.pathconf(tmp_path, "PC_NAME_MAX")
     p, y = _inputs(tmp_path)

@@ -2,8 +2,9 @@
 
 :func:`run_evaluate` checks every option and opens every input (shapes, labels, the report
 folder) before it computes anything, computes with the one engine
-(:func:`~bensemble.app.evaluate.api.evaluate_source`: a ``.npy`` is memory-mapped and read
-``--chunk-size`` rows at a time, other formats are read into memory; several PREDICTIONS files or
+(:func:`~bensemble.app.evaluate.api.evaluate_source`: a ``.npy`` or uncompressed ``.npz`` member
+is read through :func:`bensemble.io.open_npy_chunks` ``--chunk-size`` rows at a time, other
+formats are read into memory and converted a chunk at a time; several PREDICTIONS files or
 a glob are one dataset; ``--workers N`` runs the main pass in N processes), and writes the report
 folder once, atomically, at the end (:mod:`~bensemble.app.evaluate.write`). Any bad input exits
 with status 2 and one line on stderr, and nothing is written; an input is never written over.
