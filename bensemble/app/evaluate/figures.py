@@ -65,7 +65,10 @@ def _reliability(bins: Any, name: str | None) -> Any:
 def _epistemic(details: Any) -> Any:
     from bensemble import plots
 
-    return plots.EpistemicReliabilityDisplay.from_details(details, name="ensemble").plot().figure_
+    # the legend right of the diagram from the start: the "free" placement lays the figure out
+    # once per place it tries (~0.3-0.5 s CPU of a 900-sample report)
+    display = plots.EpistemicReliabilityDisplay.from_details(details, name="ensemble")
+    return display.plot(legend_loc="outside").figure_
 
 
 def _risk_coverage(ev: Evaluation) -> Any:
