@@ -14,9 +14,13 @@ member vectors).
   at N = 10,000 / 20 bins / H = 6 (4 classes of K = 10, 100, 1000): CPU-time ratio and the
   within-bin sum of squares (inertia) over the exact fit's, worst class and mean; also the
   exact fit's own seed 1 against seed 0.
+* ``--imagenet``: ``bench_eece_classwise.py``'s ImageNet-like classes at K = 1000, N = 50,000,
+  200 bins: the seeding of 8 classes on sorted rows (with its count of full steps) against the
+  dense per-class seeding, and the classwise fit of 100 classes with chunks of 2^20 / 2^22
+  elements of sorted rows.
 
 Run: ``python benchmarks/profile_kmeans_classwise.py [--profile] [--subsample] [--pruned]
-[--stopping]`` (the first three without flags). Prints only; the figures are quoted in
+[--stopping] [--imagenet]`` (the first three without flags). Prints only; the figures are quoted in
 ``benchmarks/results.md``.
 """
 
@@ -198,13 +202,61 @@ def stopping() -> None:
             )
 
 
+def imagenet() -> None:
+    from bench_eece_classwise import members
+
+    from bensemble.metrics.binning import _classes, _sorted, _sorted_seed
+    from bensemble.metrics.binning._classes import _prepare, fit_classes
+    from bensemble.metrics.binning._fit import DEFAULT_LLOYD_RTOL
+
+    bins, keep = 200, list(range(0, 1000, 10))
+    p, _ = members("imagenet-like", 50_000, 1000, keep=keep)
+    x32 = torch.stack([_prepare(p[:, :, k].T, bins, 0, None, 1e-4)[1].float() for k in range(8)])
+    rows = _sorted.SortedRows.build(x32)
+    steps, full_step = [], _sorted_seed._full_step
+    _sorted_seed._full_step = lambda *a: steps.append(1) or full_step(*a)
+
+    def gens():
+        return [torch.Generator().manual_seed(0) for _ in range(8)]
+
+    t_sorted, _ = _cpu(lambda: _sorted_seed.seed(x32, rows, bins, gens()))  # runs twice
+    _sorted_seed._full_step = full_step
+    t_dense, _ = _cpu(
+        lambda: [_kmeans_plusplus(x, bins, torch.Generator().manual_seed(0)) for x in x32]
+    )
+    print(
+        f"seeding 8 classes: sorted rows {t_sorted:.2f} s ({len(steps) // 2} of {bins - 1} steps "
+        f"full), dense {t_dense:.2f} s"
+    )
+    options = dict(subsample=None, refine=0, max_iter=300, tol=1e-4, coreset=None)
+    for size in (1 << 20, 1 << 22):
+        _classes.MAX_CHUNK_ELEMENTS = size
+        t0 = time.process_time()
+        fit_classes(
+            lambda k: p[:, :, k].T.contiguous(),
+            len(keep),
+            bins,
+            seed=0,
+            fallback=None,
+            lloyd_rtol=DEFAULT_LLOYD_RTOL,
+            **options,
+        )
+        t = time.process_time() - t0
+        print(f"fit of {len(keep)} classes, chunks of {size} elements: {t:.1f} s")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--subsample", action="store_true")
     parser.add_argument("--pruned", action="store_true")
     parser.add_argument("--stopping", action="store_true")
+    parser.add_argument("--imagenet", action="store_true")
     args = parser.parse_args(argv)
+    if args.imagenet:
+        torch.set_num_threads(1)
+        imagenet()
+        return 0
     if args.stopping:
         torch.set_num_threads(1)
         stopping()

@@ -92,6 +92,20 @@ def as_numpy(t: torch.Tensor) -> Any:
     return t.detach().to(device="cpu", dtype=_F64).numpy().copy()
 
 
+def numpy_view(state: str, doc: str | None = None, *, needs_fit: bool = True) -> property:
+    """A read-only property ``<state>_``: the calibrator's state tensor ``state`` as a float64
+    numpy array (a copy), refused before ``fit`` unless ``needs_fit=False`` (parameters that
+    exist from construction)."""
+
+    def read(self: Any) -> Any:
+        if needs_fit:
+            self._require_fit(f"{self._name}.{state}_")
+        return as_numpy(getattr(self, state))
+
+    doc = doc or f"The fitted ``{state}`` as a float64 numpy array (a copy)."
+    return property(read, doc=doc)
+
+
 def check_fitted_layout(
     raw: torch.Tensor, fn: str, name: str, num_classes: int | None
 ) -> tuple[bool, int]:

@@ -25,6 +25,7 @@ import torch
 from bensemble.calibration._newton import (
     FLAT_ULPS,
     CalibrationFitError,
+    SolverSettings,
     TemperatureFit,
     _boundary,
     solve_temperature,
@@ -73,35 +74,17 @@ class _MemberLogits:
 
 
 def solve_ensemble_temperature(
-    logits64: torch.Tensor,
-    labels: torch.Tensor,
-    *,
-    init_temp: float,
-    bounds: tuple[float, float],
-    max_iter: int,
-    on_boundary: str,
-    fn: str,
-    owned: bool = False,
-    eps: float = 0.0,
-    stacklevel: int = 5,
+    logits64: torch.Tensor, labels: torch.Tensor, settings: SolverSettings
 ) -> TemperatureFit:
-    """Fit one ``T`` for member logits ``[M, N, K]`` (inputs already validated)."""
+    """Fit one ``T`` for member logits ``[M, N, K]`` (inputs already validated; ``settings``
+    as for :func:`~bensemble.calibration._newton.solve_temperature`, whose exact solver serves
+    one member)."""
     if logits64.shape[0] == 1:
-        return solve_temperature(
-            logits64[0],
-            labels,
-            init_temp=init_temp,
-            bounds=bounds,
-            max_iter=max_iter,
-            on_boundary=on_boundary,
-            fn=fn,
-            owned=owned,
-            eps=eps,
-            stacklevel=stacklevel,
-        )
-    t_min, t_max = bounds
-    data = _MemberLogits(logits64, labels, owned=owned, eps=eps)
-    where = dict(on_boundary=on_boundary, data=data.nll, stacklevel=stacklevel)
+        return solve_temperature(logits64[0], labels, settings)
+    fn = settings.fn
+    t_min, t_max = settings.bounds
+    data = _MemberLogits(logits64, labels, owned=settings.owned, eps=settings.eps)
+    where = dict(on_boundary=settings.on_boundary, data=data.nll, stacklevel=settings.stacklevel)
     if data.constant():
         return _boundary(
             f"{fn}: every member's logits are constant within every row (to within {FLAT_ULPS} "

@@ -50,7 +50,13 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["CalibrationFitError", "TemperatureFit", "DEFAULT_TEMPERATURE_BOUNDS", "FLAT_ULPS"]
+__all__ = [
+    "CalibrationFitError",
+    "TemperatureFit",
+    "SolverSettings",
+    "DEFAULT_TEMPERATURE_BOUNDS",
+    "FLAT_ULPS",
+]
 
 #: Admissible temperature range: ``log T`` in ``[-4, 4]`` as in the practitioner's guide.
 DEFAULT_TEMPERATURE_BOUNDS: tuple[float, float] = (math.exp(-4.0), math.exp(4.0))
@@ -180,40 +186,52 @@ def _boundary(
     return TemperatureFit(temperature, nll(1.0 / temperature), n_iter, False, solver, True)
 
 
+@dataclass(frozen=True)
+class SolverSettings:
+    """Everything a temperature solve is told besides the data (values already validated).
+
+    The single-model solver (:func:`solve_temperature`) and the ensemble solver
+    (:func:`bensemble.calibration._ensemble.solve_ensemble_temperature`) take the same settings.
+
+    Attributes:
+        init_temp: Starting temperature (every fit starts here: no warm start).
+        bounds: Admissible ``(T_min, T_max)``.
+        max_iter: Newton iteration budget before the bounded fallback takes over.
+        on_boundary: ``"raise"`` or ``"warn"`` for an optimum at an end of ``bounds``.
+        fn: Caller name for messages.
+        owned: Whether the logits are a private copy that may be overwritten.
+        eps: Machine epsilon of the dtype the logits came in (0 for exact integers): rows flat
+            to within :data:`FLAT_ULPS` of it are ties.
+        stacklevel: Of a boundary warning (5: the caller of ``fit``).
+    """
+
+    init_temp: float
+    bounds: tuple[float, float]
+    max_iter: int
+    on_boundary: str
+    fn: str
+    owned: bool = False
+    eps: float = 0.0
+    stacklevel: int = 5
+
+
 def solve_temperature(
-    logits64: torch.Tensor,
-    labels: torch.Tensor,
-    *,
-    init_temp: float,
-    bounds: tuple[float, float],
-    max_iter: int,
-    on_boundary: str,
-    fn: str,
-    owned: bool = False,
-    eps: float = 0.0,
-    stacklevel: int = 5,
+    logits64: torch.Tensor, labels: torch.Tensor, settings: SolverSettings
 ) -> TemperatureFit:
     """Fit ``T`` by safeguarded Newton on ``b = 1 / T`` (inputs already validated).
 
     Args:
         logits64: Float64 logits ``[N, K]``, finite, ``K >= 2``, on the device to compute on.
         labels: Int64 labels ``[N]`` in ``[0, K)`` on the same device.
-        init_temp: Starting temperature (every fit starts here: no warm start).
-        bounds: Admissible ``(T_min, T_max)``.
-        max_iter: Newton iteration budget before the bounded fallback takes over.
-        on_boundary: ``"raise"`` or ``"warn"`` for an optimum at an end of ``bounds``.
-        fn: Caller name for messages.
-        owned: Whether ``logits64`` is a private copy that may be overwritten.
-        eps: Machine epsilon of the dtype the logits came in (0 for exact integers): rows flat
-            to within :data:`FLAT_ULPS` of it are ties.
-        stacklevel: Of a boundary warning (5: the caller of ``fit``).
+        settings: The solve's :class:`SolverSettings`.
 
     Returns:
         The :class:`TemperatureFit`.
     """
-    t_min, t_max = bounds
+    fn, on_boundary, stacklevel = settings.fn, settings.on_boundary, settings.stacklevel
+    t_min, t_max = settings.bounds
     b_min, b_max = 1.0 / t_max, 1.0 / t_min
-    data = _CentredLogits(logits64, labels, owned=owned, eps=eps)
+    data = _CentredLogits(logits64, labels, owned=settings.owned, eps=settings.eps)
     g_zero, g_inf, constant, g_zero_error = data.gradient_limits()
     where = dict(on_boundary=on_boundary, data=data, solver="newton", stacklevel=stacklevel)
     if constant:
@@ -245,8 +263,8 @@ def solve_temperature(
 
     lo, hi = b_min, b_max  # the optimum lies in [lo, hi]
     lo_known = hi_known = False  # whether the gradient sign was observed at lo / hi
-    b = min(max(1.0 / init_temp, b_min), b_max)
-    for it in range(1, max_iter + 1):
+    b = min(max(1.0 / settings.init_temp, b_min), b_max)
+    for it in range(1, settings.max_iter + 1):
         nll, grad, curv = data.evaluate(b)
         if not (math.isfinite(nll) and math.isfinite(grad) and math.isfinite(curv)) or curv <= 0:
             break

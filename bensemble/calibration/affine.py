@@ -14,7 +14,7 @@ from bensemble._validation import (
     check_positive,
     check_positive_int,
 )
-from bensemble.calibration._api import ScalerAPI, as_numpy
+from bensemble.calibration._api import ScalerAPI, numpy_view
 from bensemble.calibration._inputs import fit_inputs, forward_input, state_tensor
 from bensemble.calibration._lbfgs import CONVERGENCE_GTOL, minimise
 
@@ -36,9 +36,20 @@ class _AffineScaling(ScalerAPI, nn.Module):
         super().__init__()
         self.num_classes = check_positive_int(num_classes, "num_classes", self._name, minimum=2)
 
-    # subclasses: the initial parameters, the map and an optional penalty
-    def _initial(self, device: torch.device) -> list[torch.Tensor]:
+    # subclasses: the identity map's parameters, the map and an optional penalty
+    def _identity(self, dtype: torch.dtype, device: Any = None) -> list[torch.Tensor]:
         raise NotImplementedError
+
+    def _initial(self, device: torch.device) -> list[torch.Tensor]:
+        """Where every fit starts: the identity map, in float64."""
+        return self._identity(torch.float64, device)
+
+    def _start_at_identity(self, *names: str) -> None:
+        """Create the float32 parameters ``names`` at the identity map; they do not require
+        gradients (fitted by ``fit``, not by an outer optimiser)."""
+        for name, value in zip(names, self._identity(torch.float32), strict=True):
+            setattr(self, name, nn.Parameter(value))
+        self.requires_grad_(False)
 
     def _map(self, z: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
         raise NotImplementedError
@@ -164,25 +175,20 @@ class VectorScaling(_AffineScaling):
         super().__init__(num_classes)
         # a and b, their float64 fitting copies, gradients and L-BFGS history (~20 per class)
         check_allocation(self._name, "num_classes", self.num_classes, per_count=20, itemsize=8)
-        self.a = nn.Parameter(torch.ones(self.num_classes, dtype=torch.float32))
-        self.b = nn.Parameter(torch.zeros(self.num_classes, dtype=torch.float32))
-        self.requires_grad_(False)  # fitted by fit(), not by an outer optimiser
+        self._start_at_identity("a", "b")
 
-    @property
-    def a_(self) -> Any:
-        """The per-class scale ``a`` applied, a float64 numpy array ``[K]`` (a copy)."""
-        return as_numpy(self.a)
+    a_ = numpy_view(
+        "a", "The per-class scale ``a`` applied, as float64 ``[K]`` (a copy).", needs_fit=False
+    )
+    b_ = numpy_view(
+        "b", "The per-class shift ``b`` applied, as float64 ``[K]`` (a copy).", needs_fit=False
+    )
 
-    @property
-    def b_(self) -> Any:
-        """The per-class shift ``b`` applied, a float64 numpy array ``[K]`` (a copy)."""
-        return as_numpy(self.b)
-
-    def _initial(self, device: torch.device) -> list[torch.Tensor]:
+    def _identity(self, dtype: torch.dtype, device: Any = None) -> list[torch.Tensor]:
         k = self.num_classes
         return [
-            torch.ones(k, dtype=torch.float64, device=device),
-            torch.zeros(k, dtype=torch.float64, device=device),
+            torch.ones(k, dtype=dtype, device=device),
+            torch.zeros(k, dtype=dtype, device=device),
         ]
 
     def _map(self, z: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
@@ -219,25 +225,20 @@ class MatrixScaling(_AffineScaling):
         check_allocation(
             self._name, "num_classes", self.num_classes, per_count=20 * (self.num_classes + 1)
         )
-        self.weight = nn.Parameter(torch.eye(self.num_classes, dtype=torch.float32))
-        self.bias = nn.Parameter(torch.zeros(self.num_classes, dtype=torch.float32))
-        self.requires_grad_(False)  # fitted by fit(), not by an outer optimiser
+        self._start_at_identity("weight", "bias")
 
-    @property
-    def weight_(self) -> Any:
-        """The matrix ``W`` applied, a float64 numpy array ``[K, K]`` (a copy)."""
-        return as_numpy(self.weight)
+    weight_ = numpy_view(
+        "weight", "The matrix ``W`` applied, as float64 ``[K, K]`` (a copy).", needs_fit=False
+    )
+    bias_ = numpy_view(
+        "bias", "The shift ``b`` applied, as float64 ``[K]`` (a copy).", needs_fit=False
+    )
 
-    @property
-    def bias_(self) -> Any:
-        """The shift ``b`` applied, a float64 numpy array ``[K]`` (a copy)."""
-        return as_numpy(self.bias)
-
-    def _initial(self, device: torch.device) -> list[torch.Tensor]:
+    def _identity(self, dtype: torch.dtype, device: Any = None) -> list[torch.Tensor]:
         k = self.num_classes
         return [
-            torch.eye(k, dtype=torch.float64, device=device),
-            torch.zeros(k, dtype=torch.float64, device=device),
+            torch.eye(k, dtype=dtype, device=device),
+            torch.zeros(k, dtype=dtype, device=device),
         ]
 
     def _map(self, z: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:

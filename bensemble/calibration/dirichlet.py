@@ -14,8 +14,8 @@ from bensemble._validation import check_positive, check_positive_int
 from bensemble.calibration._api import (
     PROB_FLOOR,
     ProbabilityCalibrator,
-    as_numpy,
     check_min_prob,
+    numpy_view,
     shape_is,
 )
 from bensemble.calibration._lbfgs import CONVERGENCE_GTOL, minimise
@@ -112,15 +112,8 @@ class DirichletCalibration(ProbabilityCalibrator):
         self.max_iter = check_positive_int(max_iter, "max_iter", fn)
         self.min_prob = check_min_prob(min_prob, fn)
 
-    @property
-    def weight_(self) -> Any:
-        self._require_fit(f"{self._name}.weight_")
-        return as_numpy(self.weight)
-
-    @property
-    def bias_(self) -> Any:
-        self._require_fit(f"{self._name}.bias_")
-        return as_numpy(self.bias)
+    weight_ = numpy_view("weight")
+    bias_ = numpy_view("bias")
 
     def _check_hyperparameters(self, fn: str) -> None:
         super()._check_hyperparameters(fn)

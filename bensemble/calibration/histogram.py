@@ -10,9 +10,9 @@ import torch
 from bensemble._validation import check_n_bins
 from bensemble.calibration._api import (
     ProbabilityCalibrator,
-    as_numpy,
     in_unit_interval,
     normalise_rows,
+    numpy_view,
     shape_is,
 )
 
@@ -102,10 +102,7 @@ class HistogramBinningCalibration(ProbabilityCalibrator):
         super().__init__(from_logits=from_logits)
         self.n_bins = check_n_bins(n_bins, self._name)
 
-    @property
-    def bin_values_(self) -> Any:
-        self._require_fit(f"{self._name}.bin_values_")
-        return as_numpy(self.bin_values)
+    bin_values_ = numpy_view("bin_values")
 
     def _check_hyperparameters(self, fn: str) -> None:
         super()._check_hyperparameters(fn)

@@ -7,7 +7,12 @@ from typing import Any
 
 import torch
 
-from bensemble.calibration._api import ProbabilityCalibrator, as_numpy, in_unit_interval, require
+from bensemble.calibration._api import (
+    ProbabilityCalibrator,
+    in_unit_interval,
+    numpy_view,
+    require,
+)
 from bensemble.calibration.histogram import combine_one_vs_all, one_vs_all_columns
 
 __all__ = ["IsotonicCalibration"]
@@ -116,15 +121,8 @@ class IsotonicCalibration(ProbabilityCalibrator):
     def __init__(self, *, from_logits: bool = False) -> None:
         super().__init__(from_logits=from_logits)
 
-    @property
-    def thresholds_x_(self) -> Any:
-        self._require_fit(f"{self._name}.thresholds_x_")
-        return as_numpy(self.thresholds_x)
-
-    @property
-    def thresholds_y_(self) -> Any:
-        self._require_fit(f"{self._name}.thresholds_y_")
-        return as_numpy(self.thresholds_y)
+    thresholds_x_ = numpy_view("thresholds_x")
+    thresholds_y_ = numpy_view("thresholds_y")
 
     def _fit_map(self, p: torch.Tensor, log_p: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
         cols, targets = one_vs_all_columns(p, y)

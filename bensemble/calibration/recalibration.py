@@ -24,6 +24,7 @@ from bensemble.calibration._inputs import check_bounds, state_tensor
 from bensemble.calibration._newton import (
     DEFAULT_TEMPERATURE_BOUNDS,
     CalibrationFitError,
+    SolverSettings,
     solve_temperature,
 )
 from bensemble.calibration._spread import PooledNLL, solve_spread
@@ -201,16 +202,8 @@ class EpistemicRecalibrator(nn.Module):
         objective = PooledNLL(z, y)
         with warnings.catch_warnings():  # the collapsed members' temperature: a start only
             warnings.simplefilter("ignore", RuntimeWarning)
-            centre = solve_temperature(
-                objective.zbar.clone(),
-                y,
-                init_temp=1.0,
-                bounds=self.temperature_bounds,
-                max_iter=100,
-                on_boundary="warn",
-                fn=fn,
-                owned=True,
-            )
+            start = SolverSettings(1.0, self.temperature_bounds, 100, "warn", fn, owned=True)
+            centre = solve_temperature(objective.zbar.clone(), y, start)
         if objective.has_spread():
             t_box = tuple(math.log(1.0 / t) for t in reversed(self.temperature_bounds))
             s_box = tuple(math.log(s) for s in self.spread_bounds)

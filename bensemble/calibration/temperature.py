@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -14,6 +15,7 @@ from bensemble.calibration._ensemble import solve_ensemble_temperature
 from bensemble.calibration._inputs import check_bounds, fit_inputs, forward_input, state_tensor
 from bensemble.calibration._newton import (
     DEFAULT_TEMPERATURE_BOUNDS,
+    SolverSettings,
     TemperatureFit,
     solve_temperature,
 )
@@ -23,33 +25,24 @@ __all__ = ["TemperatureScaling", "fit_temperature"]
 ON_BOUNDARY = ("warn", "raise")
 
 
-def _fit(
-    logits: Any,
-    labels: Any,
-    *,
-    init_temp: float,
-    bounds: tuple[float, float],
-    max_iter: int,
-    on_boundary: str,
-    ensemble: bool,
-    fn: str,
-) -> TemperatureFit:
+def _settings(
+    init_temp: Any, bounds: Any, max_iter: Any, on_boundary: Any, fn: str
+) -> SolverSettings:
+    """The validated hyper-parameters of a temperature fit, as the solvers take them."""
+    init_temp = check_positive(init_temp, "init_temp", fn)
+    bounds = check_bounds(bounds, fn)
+    check_option(on_boundary, "on_boundary", ON_BOUNDARY, fn)
     max_iter = check_positive_int(max_iter, "max_iter", fn)
+    return SolverSettings(init_temp, bounds, max_iter, on_boundary, fn)
+
+
+def _fit(logits: Any, labels: Any, ensemble: bool, settings: SolverSettings) -> TemperatureFit:
+    fn = settings.fn
     if not isinstance(ensemble, bool):
         raise ValueError(f"{fn}: `ensemble` must be True or False (got {ensemble!r})")
     z, y, owned, eps = fit_inputs(logits, labels, fn, members=ensemble)
     solve = solve_ensemble_temperature if ensemble else solve_temperature
-    return solve(
-        z,
-        y,
-        init_temp=init_temp,
-        bounds=bounds,
-        max_iter=max_iter,
-        on_boundary=on_boundary,
-        fn=fn,
-        owned=owned,
-        eps=eps,
-    )
+    return solve(z, y, dataclasses.replace(settings, owned=owned, eps=eps))
 
 
 def fit_temperature(
@@ -105,21 +98,8 @@ def fit_temperature(
         >>> abs(fit_temperature(3 * latent, labels) - 3.0) < 0.2  # logits inflated 3x
         True
     """
-    fn = "fit_temperature"
-    init_temp = check_positive(init_temp, "init_temp", fn)
-    bounds = check_bounds(bounds, fn)
-    check_option(on_boundary, "on_boundary", ON_BOUNDARY, fn)
-    fit = _fit(
-        logits,
-        labels,
-        init_temp=init_temp,
-        bounds=bounds,
-        max_iter=max_iter,
-        on_boundary=on_boundary,
-        ensemble=ensemble,
-        fn=fn,
-    )
-    return fit.temperature
+    settings = _settings(init_temp, bounds, max_iter, on_boundary, "fit_temperature")
+    return _fit(logits, labels, ensemble, settings).temperature
 
 
 _F32 = torch.finfo(torch.float32)
@@ -313,19 +293,9 @@ class TemperatureScaling(ScalerAPI, nn.Module):
         """
         fn = "TemperatureScaling.fit"
         # hyper-parameters a user may have reassigned since __init__
-        check_positive(self.init_temp, "init_temp", fn)
-        self.bounds = check_bounds(self.bounds, fn)
-        check_option(self.on_boundary, "on_boundary", ON_BOUNDARY, fn)
-        fit = _fit(
-            logits,
-            labels,
-            init_temp=self.init_temp,
-            bounds=self.bounds,
-            max_iter=max_iter,
-            on_boundary=self.on_boundary,
-            ensemble=ensemble,
-            fn=fn,
-        )
+        settings = _settings(self.init_temp, self.bounds, max_iter, self.on_boundary, fn)
+        self.bounds = settings.bounds
+        fit = _fit(logits, labels, ensemble, settings)
         self._store(_log_parameter(fit.temperature, fn, "temperature"))
         self.converged_ = fit.converged
         self.at_boundary_ = fit.at_boundary

@@ -161,12 +161,7 @@ def aps_scores(
         >>> aps_scores(torch.tensor([[0.2, 0.5, 0.3]]), randomized=False)
         tensor([[0.8000, 0.0000, 0.5000]], dtype=torch.float64)
     """
-    fn = "aps_scores"
-    _, _, randomized = check_score_options(0, 0.0, randomized, fn)
-    generator = check_seed(generator, seed, fn)
-    p = scoring_probs(probs, fn)
-    u = draw_uniforms(p.shape[0], generator, p.device) if randomized else None
-    return aps_kernel(p, u)
+    return _checked_aps(probs, 0, 0.0, randomized, generator, seed, "aps_scores")
 
 
 def raps_scores(
@@ -196,7 +191,20 @@ def raps_scores(
         >>> raps_scores(torch.tensor([[0.2, 0.5, 0.3]]), k_reg=1, lam=0.1, randomized=False)
         tensor([[1.0000, 0.0000, 0.6000]], dtype=torch.float64)
     """
-    fn = "raps_scores"
+    return _checked_aps(probs, k_reg, lam, randomized, generator, seed, "raps_scores")
+
+
+def _checked_aps(
+    probs: Any,
+    k_reg: Any,
+    lam: Any,
+    randomized: Any,
+    generator: torch.Generator | None,
+    seed: int | None,
+    fn: str,
+) -> torch.Tensor:
+    """:func:`aps_kernel` on validated inputs, with the uniforms of the randomised score drawn
+    from ``generator`` / ``seed`` (APS is ``k_reg = 0, lam = 0``)."""
     k_reg, lam, randomized = check_score_options(k_reg, lam, randomized, fn)
     generator = check_seed(generator, seed, fn)
     p = scoring_probs(probs, fn)

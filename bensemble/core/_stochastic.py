@@ -1,6 +1,6 @@
 """Machinery behind :class:`bensemble.core.member.StochasticMembers`.
 
-* :data:`DROPOUT_TYPES` - every torch dropout module kind.
+* :data:`DROPOUT_TYPES` - every torch dropout module kind (defined in :mod:`bensemble.utils`).
 * :func:`stochastic_kind` / :func:`kinds_present` - what a model can sample.
 * :class:`SamplingSession` - a context manager that puts every module in eval mode, switches on
   only the selected stochastic modules, and restores every module's own flags in ``finally``.
@@ -26,6 +26,7 @@ from torch.overrides import TorchFunctionMode
 
 from bensemble.core._checks import set_training
 from bensemble.layers.base import StochasticLayer, draw_mask
+from bensemble.utils import DROPOUT_TYPES  # every torch dropout kind: mode="dropout" uses them
 
 __all__ = [
     "DROPOUT_TYPES",
@@ -39,15 +40,6 @@ __all__ = [
     "is_active",
 ]
 
-#: Every dropout module of torch; ``mode="dropout"`` switches on all of them.
-DROPOUT_TYPES: tuple[type[nn.Module], ...] = (
-    nn.Dropout,
-    nn.Dropout1d,
-    nn.Dropout2d,
-    nn.Dropout3d,
-    nn.AlphaDropout,
-    nn.FeatureAlphaDropout,
-)
 # Kinds that drop whole channels: the mask is [N, C, 1, ..., 1].
 _CHANNEL_TYPES = (nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.FeatureAlphaDropout)
 # Kinds that keep SELU's mean and variance: dropped units go to the saturation value.

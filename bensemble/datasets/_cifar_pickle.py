@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import os
 import pickle
-from pathlib import Path
 
 import numpy as np
 
-from bensemble._io_files import check_fits_memory, open_checked
-from bensemble._terminal import printable_name
+from bensemble._io_files import check_fits_memory
+from bensemble.datasets._files import open_dataset_file
 
 __all__ = ["MAX_PICKLED_ARRAYS", "read_cifar10_pickle"]
 
@@ -108,11 +107,7 @@ def read_cifar10_pickle(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray
         ValueError: the file is not such a pickle, or names a forbidden global.
     """
     fn = "read_cifar10_pickle"
-    path = Path(path)
-    shown = printable_name(path)
-    where = f"{fn}: `path` {shown}"
-    with open_checked(path, where) as f:
-        size = os.fstat(f.fileno()).st_size
+    with open_dataset_file(path, fn) as (f, size, shown, where):
         # the file's bytes, each array built from them, and the images' copy
         check_fits_memory((MAX_PICKLED_ARRAYS + 2) * size, where, f"it holds {size} bytes")
         try:

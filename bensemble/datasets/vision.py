@@ -29,9 +29,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bensemble._io_files import check_fits_memory, open_checked
+from bensemble._io_files import check_fits_memory
 from bensemble._terminal import printable_name
 from bensemble.datasets._cifar_pickle import read_cifar10_pickle
+from bensemble.datasets._files import open_dataset_file
 
 __all__ = [
     "CIFAR10_CLASSES",
@@ -106,11 +107,7 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
             truncated header, size mismatch).
     """
     fn = "read_idx"
-    path = Path(path)
-    shown = printable_name(path)
-    where = f"{fn}: `path` {shown}"
-    with open_checked(path, where) as raw_file:
-        size = os.fstat(raw_file.fileno()).st_size
+    with open_dataset_file(path, fn) as (raw_file, size, shown, where):
         compressed = raw_file.read(2) == b"\x1f\x8b"
         raw_file.seek(0)
         stream = gzip.GzipFile(fileobj=raw_file) if compressed else raw_file
@@ -238,11 +235,7 @@ def read_cifar10_bin(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
         ValueError: the size is not a positive multiple of 3,073, or a label byte exceeds 9.
     """
     fn = "read_cifar10_bin"
-    path = Path(path)
-    shown = printable_name(path)
-    where = f"{fn}: `path` {shown}"
-    with open_checked(path, where) as handle:
-        size = os.fstat(handle.fileno()).st_size
+    with open_dataset_file(path, fn) as (handle, size, shown, where):
         if size == 0 or size % CIFAR10_RECORD:
             raise ValueError(
                 f"{fn}: `path` must hold a positive multiple of {CIFAR10_RECORD} bytes "

@@ -47,6 +47,7 @@ from bensemble.reporting.report import Report, environment, format_table
 
 __all__ = [
     "NA",
+    "PAPER_REPEATS",
     "DataDirError",
     "DataUnavailableError",
     "ExperimentResult",
@@ -76,6 +77,11 @@ class DataUnavailableError(RuntimeError):
 
 class DataDirError(DataUnavailableError):
     """``--data-dir`` is required and missing, or lacks a file: a usage error (exit status 2)."""
+
+
+#: Independent repeats of a paper reproduction when ``--repeats`` is not given (its tables report
+#: the mean ± sd over them): an experiment's ``ExperimentSpec.default_repeats``.
+PAPER_REPEATS = 5
 
 
 @dataclass(frozen=True)

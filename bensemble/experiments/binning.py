@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bensemble.datasets import make_toy_gaussians
-from bensemble.experiments._common import NA, RunOptions, zoo_settings
+from bensemble.experiments._common import NA, PAPER_REPEATS, RunOptions, zoo_settings
 from bensemble.experiments._plotting import line_figure
 from bensemble.experiments._scores import EECE_BACKEND
 from bensemble.experiments.findings import group_by, trend_finding
@@ -45,8 +45,6 @@ from bensemble.metrics.epistemic import auto_n_bins
 
 __all__ = ["BINS", "N_TEST", "N_TRAIN", "SPEC", "run"]
 
-#: Independent repeats by default (mean ± sd); about 2-5 minutes on 2 CPU cores.
-DEFAULT_REPEATS = 5
 BINS, QUICK_BINS = (5, 10, 20, 50, 100, 200, 500, 1000), (5, 20, 50)
 N_TRAIN = 20
 N_TEST, QUICK_TEST = 10_000, 1_000
@@ -168,7 +166,8 @@ SPEC = ExperimentSpec(
         f"n_bins='auto' picks M = {c.auto} at N = {c.n_test}; the paper's minimum is near "
         f"{_paper_bins()} bins at 10,000 points."
     ],
-    default_repeats=DEFAULT_REPEATS,
+    # about 2-5 minutes on 2 CPU cores with the default repeats
+    default_repeats=PAPER_REPEATS,
 )
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from bensemble.datasets import make_toy_gaussians
-from bensemble.experiments._common import RunOptions, zoo_settings
+from bensemble.experiments._common import PAPER_REPEATS, RunOptions, zoo_settings
 from bensemble.experiments.findings import group_by
 from bensemble.experiments.illustrative import Convention
 from bensemble.experiments.paper_values import paper_section
@@ -228,7 +228,7 @@ SPEC = ExperimentSpec(
     ),  # fmt: skip
     verdicts=_verdicts,
     figures=_figures,
-    default_repeats=5,
+    default_repeats=PAPER_REPEATS,
 )
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from bensemble.datasets import corrupt_inputs, make_toy_gaussians
-from bensemble.experiments._common import NA, RunOptions
+from bensemble.experiments._common import NA, PAPER_REPEATS, RunOptions
 from bensemble.experiments.findings import group_by, trend_finding, value_verdicts
 from bensemble.experiments.paper_values import paper_section
 from bensemble.experiments.runner import ExperimentSpec, Table, by, run_spec
@@ -36,8 +36,6 @@ from bensemble.experiments.verdicts import PaperValue
 
 __all__ = ["N_TRAIN", "RHOS", "SPEC", "run", "with_ratios"]
 
-#: Independent repeats by default (mean ± sd); about 2-5 minutes on 2 CPU cores.
-DEFAULT_REPEATS = 5
 RHOS, QUICK_RHOS = (0.0, 0.25, 0.5, 0.75, 0.95), (0.0, 0.95)
 N_TRAIN = 50
 RATIOS = tuple(f"ratio {label}" for label, _ in LEAF_SETTINGS)
@@ -123,7 +121,8 @@ SPEC = ExperimentSpec(
         "paper: almost a factor of 10 at rho = 0.95, from its 0.007 plateau at 50 points. "
         "leaf5 = min_samples_leaf=5 (the paper's), leaf1 = 1."
     ],
-    default_repeats=DEFAULT_REPEATS,
+    # about 2-5 minutes on 2 CPU cores with the default repeats
+    default_repeats=PAPER_REPEATS,
 )
 
 

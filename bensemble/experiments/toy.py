@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bensemble.datasets import make_toy_gaussians, make_toy_grid
-from bensemble.experiments._common import NA, RunOptions, zoo_settings
+from bensemble.experiments._common import NA, PAPER_REPEATS, RunOptions, zoo_settings
 from bensemble.experiments._plotting import bar_figure
 from bensemble.experiments._scores import EECE_BINS, MEMBERS, score_method
 from bensemble.experiments.findings import toy_findings
@@ -39,8 +39,6 @@ from bensemble.methods.zoo import ILLUSTRATIVE_METHODS, PAPER_ORDER, LossLog, Zo
 
 __all__ = ["EPOCHS", "FLAT_TOLERANCE", "METHODS", "SPEC", "ToyConfig", "run", "toy_config"]
 
-#: Independent repeats by default (mean ± sd); 21-33 minutes on 2 busy CPU cores.
-DEFAULT_REPEATS = 5
 #: Training points (appendix B.1.2); the smallest is the Likelihood's 10 neighbours.
 N_TRAIN = 10
 MIN_N_TRAIN = 10
@@ -225,7 +223,8 @@ SPEC = ExperimentSpec(
     verdicts=toy_findings,
     figures=_figures,
     notes=_notes,
-    default_repeats=DEFAULT_REPEATS,
+    # 21-33 minutes on 2 busy CPU cores with the default repeats
+    default_repeats=PAPER_REPEATS,
     illustrative=True,
 )
 

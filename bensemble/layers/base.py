@@ -31,7 +31,7 @@ parameter pairs.
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -39,7 +39,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from bensemble._seeds import DEFAULT_SEED, check_generator
-from bensemble._validation import check_allocation, check_positive, check_probability
+from bensemble._validation import (
+    check_allocation,
+    check_positive,
+    check_positive_int,
+    check_probability,
+)
 
 __all__ = ["StochasticLayer", "BaseBayesianLayer", "bernoulli_mask"]
 
@@ -87,6 +92,20 @@ def bernoulli_mask(
     check_allocation(fn, "shape", math.prod(dims), itemsize=4 + dtype.itemsize)
     generator = check_generator(generator, seed, fn)
     return draw_mask(dims, keep_prob, device=device, dtype=dtype, generator=generator)
+
+
+def check_linear_sizes(
+    in_features: Any, out_features: Any, fn: str, copies: int
+) -> tuple[int, int]:
+    """``(in_features, out_features)`` of a linear layer that allocates ``copies`` float32
+    weight matrices ``[out, in]`` with their biases (refused before allocating them when
+    they would not fit in memory)."""
+    n_in = check_positive_int(in_features, "in_features", fn)
+    n_out = check_positive_int(out_features, "out_features", fn)
+    check_allocation(
+        fn, "out_features", n_out, per_count=copies * (n_in + 1), itemsize=4, others="in_features"
+    )
+    return n_in, n_out
 
 
 def draw_mask(

@@ -9,8 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bensemble._validation import check_allocation, check_positive_int
-from bensemble.layers.base import StochasticLayer, draw_mask
+from bensemble.layers.base import StochasticLayer, check_linear_sizes, draw_mask
 
 __all__ = ["DropConnectLinear"]
 
@@ -58,17 +57,8 @@ class DropConnectLinear(StochasticLayer):
     def __init__(self, in_features: int, out_features: int, p: float = 0.5, bias: bool = True):
         super().__init__()
         fn = "DropConnectLinear"
-        self.in_features = check_positive_int(in_features, "in_features", fn)
-        self.out_features = check_positive_int(out_features, "out_features", fn)
         # what __init__ allocates: the weight and the bias (float32)
-        check_allocation(
-            fn,
-            "out_features",
-            self.out_features,
-            per_count=self.in_features + 1,
-            itemsize=4,
-            others="in_features",
-        )
+        self.in_features, self.out_features = check_linear_sizes(in_features, out_features, fn, 1)
         self.p = _check_drop_probability(p, fn)
         self.weight = nn.Parameter(torch.empty(self.out_features, self.in_features))
         self.bias = nn.Parameter(torch.empty(self.out_features)) if bias else None

@@ -9,11 +9,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from bensemble._validation import (
-    check_allocation,
     check_option,
     check_positive,
-    check_positive_int,
 )
+from bensemble.layers.base import check_linear_sizes
 from bensemble.layers.gaussian import MeanFieldGaussianLayer
 
 __all__ = ["BayesianLinear"]
@@ -65,17 +64,8 @@ class BayesianLinear(MeanFieldGaussianLayer):
     ) -> None:
         fn = "BayesianLinear"
         super().__init__(prior_sigma=prior_sigma)
-        self.in_features = check_positive_int(in_features, "in_features", fn)
-        self.out_features = check_positive_int(out_features, "out_features", fn)
         # what __init__ allocates: mu and rho of the weights and of the biases (float32)
-        check_allocation(
-            fn,
-            "out_features",
-            self.out_features,
-            per_count=2 * (self.in_features + 1),
-            itemsize=4,
-            others="in_features",
-        )
+        self.in_features, self.out_features = check_linear_sizes(in_features, out_features, fn, 2)
         self.init_sigma = check_positive(init_sigma, "init_sigma", fn)
         self.weight_init = check_option(weight_init, "weight_init", WEIGHT_INITS, fn)
 

@@ -41,7 +41,6 @@ from typing import Any, ClassVar
 
 import torch
 from sklearn.base import BaseEstimator
-from sklearn.exceptions import NotFittedError
 
 from bensemble._seeds import DEFAULT_SEED, check_generator
 from bensemble._validation import (
@@ -51,6 +50,8 @@ from bensemble._validation import (
     check_positive_int,
     check_same_length,
 )
+from bensemble.methods._fitted_inputs import check_fitted_features
+from bensemble.metrics._epistemic_targets import check_positive_probs_and_eu
 
 __all__ = ["IllustrativeClassifier", "gaussian_members", "nearest_neighbors"]
 
@@ -98,22 +99,10 @@ def gaussian_members(
         torch.Size([3, 2, 2])
     """
     fn = "gaussian_members"
-    h = as_float_tensor(positive_probs, "positive_probs", fn, ndim=1)
-    eu = as_float_tensor(epistemic_uncertainty, "epistemic_uncertainty", fn, ndim=1)
-    check_same_length(fn, positive_probs=h, epistemic_uncertainty=eu)
+    h, eu = check_positive_probs_and_eu(positive_probs, epistemic_uncertainty, fn)
     n = check_count(n, "n", fn, per_count=3 * h.shape[0], itemsize=8)  # noise, phi, stack [n, N, 2]
     if not isinstance(clip, bool):
         raise ValueError(f"{fn}: `clip` must be True or False (got {clip!r})")
-    lo, hi = float(h.min()), float(h.max())
-    if lo < 0.0 or hi > 1.0:
-        raise ValueError(
-            f"{fn}: `positive_probs` must lie in [0, 1] (got values in [{lo:.4g}, {hi:.4g}])"
-        )
-    if float(eu.min()) < 0.0:
-        raise ValueError(
-            f"{fn}: `epistemic_uncertainty` must be >= 0 (got minimum {float(eu.min()):.4g})"
-        )
-    eu = eu.to(h.device)
     generator = check_generator(generator, seed, fn)
     where = h.device if generator is None else generator.device
     z = torch.randn(n, h.shape[0], generator=generator, dtype=torch.float64, device=where)
@@ -207,18 +196,7 @@ class IllustrativeClassifier(BaseEstimator):
         raise NotImplementedError
 
     def _check_X(self, X: Any, method: str) -> torch.Tensor:
-        fn = f"{type(self).__name__}.{method}"
-        if not hasattr(self, "classes_"):
-            raise NotFittedError(
-                f"{fn}: this {type(self).__name__} is not fitted yet; call fit(X, y) before "
-                f"{method}"
-            )
-        X = as_float_tensor(X, "X", fn, ndim=2)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(
-                f"{fn}: `X` must have {self.n_features_in_} features, as seen in fit "
-                f"(got shape {tuple(X.shape)})"
-            )
+        X = check_fitted_features(self, X, method, "classes_")
         return X.to(self.classes_.device)
 
     # ----------------------------------------------------------------------------- outputs

@@ -18,6 +18,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from bensemble._validation import check_positive_int
+from bensemble.core._adapter import check_module
 
 __all__ = ["TrainConfig", "build_member", "check_module", "forked_rng", "NullBar", "train_member"]
 
@@ -110,11 +111,6 @@ def _batches(dataset, batch_size: int, order: torch.Generator) -> Iterator[tuple
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=order)
     for batch in loader:
         yield batch[0], batch[1]
-
-
-def check_module(model, name: str, fn: str) -> None:
-    if not isinstance(model, nn.Module):
-        raise ValueError(f"{fn}: `{name}` must be a torch.nn.Module (got {type(model).__name__})")
 
 
 @contextlib.contextmanager

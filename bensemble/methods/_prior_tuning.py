@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bensemble._validation import check_positive, warn_user
+from bensemble._validation import check_positive, check_positive_int, warn_user
 from bensemble.methods._kronecker import iterate_pairs
 
 __all__ = [
@@ -78,6 +78,18 @@ class PriorPrecisionSearch:
         if self.method == "evidence":
             return f"{value} (evidence)"
         return f"{value} ({self.method} on {self.n_points} points)"
+
+
+def check_prior_search(
+    prior_precision, n_prior_grid, bounds, fn: str
+) -> tuple[float | None, int, tuple[float, float]]:
+    """A Laplace approximation's prior settings: ``prior_precision`` (> 0, or ``None`` to
+    search it), the search grid's size ``n_prior_grid`` (>= 3) and its ``bounds``."""
+    fixed = (
+        None if prior_precision is None else check_positive(prior_precision, "prior_precision", fn)
+    )
+    n_grid = check_positive_int(n_prior_grid, "n_prior_grid", fn, minimum=3)
+    return fixed, n_grid, check_bounds(bounds, fn)
 
 
 def check_bounds(bounds, fn: str) -> tuple[float, float]:

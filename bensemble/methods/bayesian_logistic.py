@@ -32,6 +32,7 @@ from bensemble._validation import (
     check_positive_int,
     check_same_length,
 )
+from bensemble.methods._fitted_inputs import check_fitted_features
 from bensemble.methods._polya_gamma import _sample_pg1
 
 __all__ = ["BayesianLogisticRegression"]
@@ -146,7 +147,7 @@ class BayesianLogisticRegression:
     # --------------------------------------------------------------- prediction
     def predict_proba(self, X) -> torch.Tensor:
         """Posterior predictive ``[N, 2]``: mean of ``sigmoid(x^T beta_s)`` over the kept draws."""
-        x = self._check_x(X, "BayesianLogisticRegression.predict_proba")
+        x = self._check_x(X, "predict_proba")
         design = self._design(x)
         p1 = torch.cat(
             [
@@ -171,7 +172,7 @@ class BayesianLogisticRegression:
         other rows are in ``X``.
         """
         fn = "BayesianLogisticRegression.sample_members"
-        x = self._check_x(X, fn)
+        x = self._check_x(X, "sample_members")
         index = self._member_index(n, generator, fn)
         p1 = torch.sigmoid(self._design(x) @ self.coef_samples_[index].T).T  # [n, N]
         return torch.stack([1.0 - p1, p1], dim=-1)
@@ -182,16 +183,8 @@ class BayesianLogisticRegression:
             return x
         return torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype)], dim=1)
 
-    def _check_x(self, X, fn: str) -> torch.Tensor:
-        if not hasattr(self, "coef_samples_"):
-            raise ValueError(f"{fn}: the model is not fitted yet; call fit(X, y) first")
-        x = as_float_tensor(X, "X", fn, ndim=2)
-        if x.shape[1] != self.n_features_in_:
-            raise ValueError(
-                f"{fn}: `X` must have {self.n_features_in_} features as in fit "
-                f"(got shape {tuple(x.shape)})"
-            )
-        return x.cpu()
+    def _check_x(self, X, method: str) -> torch.Tensor:
+        return check_fitted_features(self, X, method, "coef_samples_").cpu()
 
     def _member_index(self, n, generator, fn: str) -> torch.Tensor:
         n_draws = self.coef_samples_.shape[0]

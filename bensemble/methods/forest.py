@@ -25,6 +25,7 @@ from bensemble._validation import (
     check_same_length,
 )
 from bensemble.core.sklearn_members import SklearnMembers
+from bensemble.methods._fitted_inputs import check_fitted_features
 
 __all__ = ["forest_members", "RandomForestMembers"]
 
@@ -155,18 +156,7 @@ class RandomForestMembers(BaseEstimator):
         return self
 
     def _check_X(self, X: Any, method: str) -> torch.Tensor:
-        fn = f"RandomForestMembers.{method}"
-        if not hasattr(self, "forest_"):
-            raise NotFittedError(
-                f"{fn}: this RandomForestMembers is not fitted yet; call fit(X, y) before {method}"
-            )
-        X = as_float_tensor(X, "X", fn, ndim=2)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(
-                f"{fn}: `X` must have {self.n_features_in_} features, as seen in fit "
-                f"(got shape {tuple(X.shape)})"
-            )
-        return X
+        return check_fitted_features(self, X, method, "forest_")
 
     def predict_proba(self, X: Any) -> torch.Tensor:
         """Mean of the trees' probabilities ``[N, K]`` (float64)."""

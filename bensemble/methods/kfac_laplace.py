@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from bensemble._validation import check_option, check_positive, check_positive_int, warn_user
+from bensemble.core._adapter import check_module
 from bensemble.methods import _kfac_linearised as glm
 from bensemble.methods._kfac_curvature import (
     accumulate_curvature,
@@ -60,7 +61,7 @@ from bensemble.methods._laplace_checks import (
 )
 from bensemble.methods._prior_tuning import (
     PriorPrecisionSearch,
-    check_bounds,
+    check_prior_search,
     check_val_allowed,
     tune_prior_precision,
 )
@@ -133,18 +134,12 @@ class LaplaceApproximation:
         seed: int | None = 0,
     ) -> None:
         fn = "LaplaceApproximation"
-        if not isinstance(model, nn.Module):
-            raise ValueError(
-                f"{fn}: `model` must be a torch.nn.Module (got {type(model).__name__})"
-            )
-        self.model = model
+        self.model = check_module(model, "model", fn)
         self.likelihood = (
             None if likelihood is None else check_option(likelihood, "likelihood", LIKELIHOODS, fn)
         )
-        self.prior_precision = (
-            None
-            if prior_precision is None
-            else check_positive(prior_precision, "prior_precision", fn)
+        self.prior_precision, self.n_prior_grid, self.prior_precision_bounds = check_prior_search(
+            prior_precision, n_prior_grid, prior_precision_bounds, fn
         )
         self.damping = check_positive(damping, "damping", fn, allow_zero=True)
         self.regularization = check_option(regularization, "regularization", _REGULARIZATIONS, fn)
@@ -158,8 +153,6 @@ class LaplaceApproximation:
         self.sigma_noise = (
             None if sigma_noise is None else check_positive(sigma_noise, "sigma_noise", fn)
         )
-        self.n_prior_grid = check_positive_int(n_prior_grid, "n_prior_grid", fn, minimum=3)
-        self.prior_precision_bounds = check_bounds(prior_precision_bounds, fn)
         self.generator, self.seed = check_seed_and_generator(generator, seed, fn)
         self.layers = posterior_layers(model, fn)
         self.is_fitted = False

@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from bensemble._validation import check_option, check_positive, check_positive_int, to_tensor
+from bensemble.core._adapter import check_module
 from bensemble.core._inputs import iter_batches
 from bensemble.methods._kronecker import iterate_pairs, probit_predictive
 from bensemble.methods._laplace_checks import (
@@ -56,7 +57,7 @@ from bensemble.methods._laplace_checks import (
 from bensemble.methods._last_layer import find_last_linear, last_layer_inputs, probit_nll_curve
 from bensemble.methods._prior_tuning import (
     PriorPrecisionSearch,
-    check_bounds,
+    check_prior_search,
     check_val_allowed,
     tune_prior_precision,
 )
@@ -125,11 +126,7 @@ class LastLayerLaplace:
         seed: int | None = 0,
     ) -> None:
         fn = "LastLayerLaplace"
-        if not isinstance(model, nn.Module):
-            raise ValueError(
-                f"{fn}: `model` must be a torch.nn.Module (got {type(model).__name__})"
-            )
-        self.model = model
+        self.model = check_module(model, "model", fn)
         if likelihood == "regression":
             raise ValueError(
                 f"{fn}: `likelihood` must be one of 'classification' or None (got 'regression'); "
@@ -138,13 +135,9 @@ class LastLayerLaplace:
         self.likelihood = (
             None if likelihood is None else check_option(likelihood, "likelihood", _LIKELIHOODS, fn)
         )
-        self.prior_precision = (
-            None
-            if prior_precision is None
-            else check_positive(prior_precision, "prior_precision", fn)
+        self.prior_precision, self.n_prior_grid, self.prior_precision_bounds = check_prior_search(
+            prior_precision, n_prior_grid, prior_precision_bounds, fn
         )
-        self.n_prior_grid = check_positive_int(n_prior_grid, "n_prior_grid", fn, minimum=3)
-        self.prior_precision_bounds = check_bounds(prior_precision_bounds, fn)
         self.generator, self.seed = check_seed_and_generator(generator, seed, fn)
         self.last_layer_name, self.last_layer = find_last_linear(model, last_layer, fn)
 

@@ -140,7 +140,9 @@ def gaussian_draw_moments(
         >>> float(m[0]), float(v[0])
         (0.5, 0.01)
     """
-    h, eu = _check_h_eu(positive_probs, epistemic_uncertainty, "gaussian_draw_moments")
+    h, eu = check_positive_probs_and_eu(
+        positive_probs, epistemic_uncertainty, "gaussian_draw_moments"
+    )
     if not clip:
         return h, eu
     s = eu.sqrt()
@@ -157,7 +159,9 @@ def gaussian_draw_moments(
     return mean, var
 
 
-def _check_h_eu(h: Any, eu: Any, fn: str) -> tuple[torch.Tensor, torch.Tensor]:
+def check_positive_probs_and_eu(h: Any, eu: Any, fn: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A method's reported pairs: positive-class probabilities ``h [N]`` in [0, 1] and
+    epistemic uncertainties ``eu [N]`` >= 0, as float tensors on ``h``'s device."""
     h = as_float_tensor(h, "positive_probs", fn, ndim=1)
     eu = as_float_tensor(eu, "epistemic_uncertainty", fn, ndim=1).to(h.device)
     check_same_length(fn, positive_probs=h, epistemic_uncertainty=eu)
@@ -213,7 +217,7 @@ def illustrative_true_epistemic_calibration_error(
         0.01
     """
     fn = "illustrative_true_epistemic_calibration_error"
-    h, eu = _check_h_eu(positive_probs, epistemic_uncertainty, fn)
+    h, eu = check_positive_probs_and_eu(positive_probs, epistemic_uncertainty, fn)
     check_option(trust, "trust", TRUST, fn)
     e = as_confidences(eta, "eta", fn).to(h.device)
     if e.shape[0] != h.shape[0]:

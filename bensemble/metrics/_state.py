@@ -176,22 +176,7 @@ class MergeableState:
         return self._value(self._state)
 
     def _check_other(self, other: Any, fn: str, name: str = "other") -> None:
-        if type(other) is not type(self):
-            raise ValueError(
-                f"{fn}: `{name}` must be a {type(self).__name__} (got {type(other).__name__})"
-            )
-        if other is self:
-            raise ValueError(
-                f"{fn}: `{name}` must be another meter (got the meter itself, whose samples "
-                "would be counted twice; merge a copy.deepcopy if that is really meant)"
-            )
-        mine, theirs = self._settings(), other._settings()
-        if not _same_settings(mine, theirs):
-            diff = {k: (mine[k], theirs.get(k)) for k in mine if not _same(mine[k], theirs.get(k))}
-            raise ValueError(
-                f"{fn}: `{name}` must have the same settings (got differences, mine vs theirs: "
-                f"{diff})"
-            )
+        check_merge_partner(self, other, fn, name=name, kind="meter")
 
     def _checked_state(self, state: Any, fn: str, name: str) -> dict[str, torch.Tensor]:
         """Float64 copies (on this meter's device) of a complete, meaningful state."""
@@ -286,6 +271,31 @@ def _same(a: Any, b: Any) -> bool:
 
 def _same_settings(a: dict[str, Any], b: Any) -> bool:
     return isinstance(b, dict) and set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
+
+
+def check_merge_partner(
+    mine: Any, other: Any, fn: str, *, name: str = "other", kind: str, settings: str = "settings"
+) -> None:
+    """Refuse to merge ``other`` into ``mine`` unless it is another object of the same class
+    (merging an object with itself would count every sample twice) whose ``_settings()`` are
+    the same; ``kind`` names the objects in the messages ("meter", "state"), ``settings`` what
+    must agree."""
+    if type(other) is not type(mine):
+        raise ValueError(
+            f"{fn}: `{name}` must be a {type(mine).__name__} (got {type(other).__name__})"
+        )
+    if other is mine:
+        raise ValueError(
+            f"{fn}: `{name}` must be another {kind} (got the {kind} itself, whose samples "
+            "would be counted twice; merge a copy.deepcopy if that is really meant)"
+        )
+    ours, theirs = mine._settings(), other._settings()
+    if not _same_settings(ours, theirs):
+        diff = {k: (ours[k], theirs.get(k)) for k in ours if not _same(ours[k], theirs.get(k))}
+        raise ValueError(
+            f"{fn}: `{name}` must have the same {settings} (got differences, mine vs theirs: "
+            f"{diff})"
+        )
 
 
 def settings_fingerprint(meter: MergeableState) -> float:

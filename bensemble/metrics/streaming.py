@@ -26,6 +26,7 @@ broadcast the centroids, then accumulate :class:`EECEMeter` anywhere).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -255,7 +256,20 @@ class ClasswiseCalibrationErrorMeter(_ProbsMeter):
 
 
 class _MeanMeter(_ProbsMeter):
-    """State ``{"total": sum over samples, "count": samples}``; value ``total / count``."""
+    """State ``{"total": sum over samples, "count": samples}``; value ``total / count``.
+
+    A subclass names ``_batch_total(probs [B, K], labels [B])``, a batch's float64 ``total``
+    (or overrides ``_stats``).
+    """
+
+    _batch_total: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+    def __init__(self, num_classes: int | None = None, *, from_logits: bool = False) -> None:
+        super().__init__(num_classes, from_logits)
+
+    def _stats(self, probs: Any, labels: Any) -> tuple[dict[str, torch.Tensor], dict]:
+        p, y, seen = self._batch(probs, labels)
+        return self._sums(self._batch_total(p, y), y.shape[0], seen)
 
     def _settings(self) -> dict[str, Any]:
         return {}
@@ -299,7 +313,7 @@ class NLLMeter(_MeanMeter):
         self, eps: float = 1e-8, num_classes: int | None = None, *, from_logits: bool = False
     ) -> None:
         self.eps = check_positive(eps, "eps", self._fn, allow_zero=True)
-        super().__init__(num_classes, from_logits)
+        super().__init__(num_classes, from_logits=from_logits)
 
     @property
     def _infinite_ok(self) -> tuple[str, ...]:
@@ -339,13 +353,7 @@ class BrierMeter(_MeanMeter):
     """
 
     _fn = "BrierMeter"
-
-    def __init__(self, num_classes: int | None = None, *, from_logits: bool = False) -> None:
-        super().__init__(num_classes, from_logits)
-
-    def _stats(self, probs: Any, labels: Any) -> tuple[dict[str, torch.Tensor], dict]:
-        p, y, seen = self._batch(probs, labels)
-        return self._sums(_brier_sum(p, y), y.shape[0], seen)
+    _batch_total = staticmethod(_brier_sum)
 
     def _check_total(self, total: torch.Tensor, count: torch.Tensor, where: str) -> None:
         # sum_k (p_k - 1[y = k])^2 <= 2 per sample (up to the row-sum tolerance of the input)
@@ -361,13 +369,7 @@ class AccuracyMeter(_MeanMeter):
     """
 
     _fn = "AccuracyMeter"
-
-    def __init__(self, num_classes: int | None = None, *, from_logits: bool = False) -> None:
-        super().__init__(num_classes, from_logits)
-
-    def _stats(self, probs: Any, labels: Any) -> tuple[dict[str, torch.Tensor], dict]:
-        p, y, seen = self._batch(probs, labels)
-        return self._sums(_correct_sum(p, y), y.shape[0], seen)
+    _batch_total = staticmethod(_correct_sum)
 
     def _check_total(self, total: torch.Tensor, count: torch.Tensor, where: str) -> None:
         check_whole(total, where, "total")

@@ -25,7 +25,6 @@ single-member criterion values ``s_p`` (lower is better):
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable
 
 import torch
@@ -35,7 +34,7 @@ from bensemble._seeds import DEFAULT_SEED
 from bensemble._validation import check_positive, check_positive_int, machine_memory_bytes
 from bensemble.core.ensemble import Ensemble
 from bensemble.search.searchers import _PoolSearch
-from bensemble.search.selection import CachedCriterion, ValidationSet
+from bensemble.search.selection import CachedCriterion, ValidationSet, rank_nan_last
 from bensemble.search.space import SearchSpace, sample_config
 
 __all__ = ["NESBayesianSampler"]
@@ -148,13 +147,9 @@ class NESBayesianSampler(_PoolSearch):
         nan = torch.isnan(scores)
         if bool(nan.all()):
             raise ValueError(f"{fn}: every pool member scored NaN on the validation data")
-        if bool(nan.any()):
-            warnings.warn(
-                f"{fn}: {int(nan.sum())} pool member(s) scored NaN; they get probability 0",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-        scores[nan] = float("inf")
+        rank_nan_last(
+            scores, nan, f"{fn}: {{}} pool member(s) scored NaN; they get probability 0", 2
+        )
         finite = scores[torch.isfinite(scores)]
         low = finite.min() if finite.numel() else torch.tensor(0.0, dtype=torch.float64)
         return torch.softmax(-(scores - low) / self.temperature, dim=0)

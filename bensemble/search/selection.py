@@ -214,6 +214,15 @@ classification_nll_criterion = CachedCriterion(
 regression_mse_criterion = CachedCriterion("regression_mse_criterion", "identity", _mse_score)
 
 
+def rank_nan_last(scores: torch.Tensor, nan: torch.Tensor, message: str, stacklevel: int) -> None:
+    """Give the scores flagged ``nan`` the worst value, ``+inf``, in place, with a
+    ``RuntimeWarning`` ``message.format(count)`` when there are any (``stacklevel`` counted
+    from the caller)."""
+    if bool(nan.any()):
+        warnings.warn(message.format(int(nan.sum())), RuntimeWarning, stacklevel=stacklevel + 1)
+    scores[nan] = float("inf")
+
+
 def _pick(scores: torch.Tensor, taken: torch.Tensor, fn: str, name: str = "pool") -> int:
     """Index of the lowest score among the untaken candidates; NaN ranks last (with a warning)."""
     scores = scores.clone()
@@ -223,13 +232,7 @@ def _pick(scores: torch.Tensor, taken: torch.Tensor, fn: str, name: str = "pool"
             f"{fn}: `{name}` must hold a member with a finite score on the validation data (got "
             "NaN for every remaining candidate; check the pool members' weights and outputs)"
         )
-    if bool(nan.any()):
-        warnings.warn(
-            f"{fn}: {int(nan.sum())} candidate(s) scored NaN and were ranked last",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-    scores[nan] = float("inf")
+    rank_nan_last(scores, nan, f"{fn}: {{}} candidate(s) scored NaN and were ranked last", 3)
     scores[taken] = float("inf")
     order = torch.argsort(scores, stable=True)
     return int(order[0])

@@ -55,6 +55,12 @@ DECLARED: dict[str, str] = {
     "BaseBayesianLayer": "abstract base of variational layers: BayesianLinear/Conv2d cover it",
     "SearchSpace": "abstract base the user subclasses: the searcher batteries use one",
     "IllustrativeClassifier": "abstract base: Centroids, EvidentialKNN, RelativeLikelihood use it",
+    "Binning": "abstract base of the EECE's binnings: KMeansBinning, UniformBinning, "
+    "QuantileBinning, ExplicitBinning cover it",
+    "BACKENDS": "a tuple of option names (the `backend` options of fit_bins / KMeansBinning)",
+    "DEFAULT_LLOYD_RTOL": "a float constant (the classwise EECE's Lloyd stopping tolerance)",
+    "DEFAULT_REFINE": "an int constant (the default `refine` of fit_bins / KMeansBinning)",
+    "DEFAULT_SUBSAMPLE": "an int constant (the default `subsample` of fit_bins / KMeansBinning)",
 }
 
 

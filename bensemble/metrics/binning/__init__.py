@@ -51,7 +51,10 @@ and ~1% worse. Large ``N``: the fit uses a seeded subsample of ``subsample`` row
 
 **The classwise path** (``multiclass="classwise"``, ``K`` partitions, one per class;
 :mod:`~bensemble.metrics.binning._classes`): the classes run in chunks on single-threaded workers;
-each class gets exactly the greedy k-means++ seeds of the per-class fit; Lloyd then runs for all
+each class gets exactly the greedy k-means++ seeds of the per-class fit (where the members agree,
+computed on the sorted rows below, scoring only the blocks a candidate can reach - until that
+bound stops pruning, as in the bulk of near-zero rows of an ImageNet-like class at K = 1000,
+after which every step scores all rows, as the dense seeding does); Lloyd then runs for all
 classes of a chunk at once on rows sorted by their projection on the diagonal
 (:mod:`~bensemble.metrics.binning._sorted`): an ensemble's member vectors lie near the diagonal,
 so a block of rows can only be nearest to the few centroids whose projection is close - a

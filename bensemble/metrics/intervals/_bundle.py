@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bensemble.metrics._state import _same_settings
+from bensemble.metrics._state import check_merge_partner
 from bensemble.metrics.intervals._calibration_replicates import CalibrationReplicates
 from bensemble.metrics.intervals._eece_replicates import EECEReplicates
 from bensemble.metrics.intervals._interval import Interval
@@ -29,8 +29,8 @@ from bensemble.metrics.intervals._replicates import (
     ReplicatesBase,
     block_rows,
     check_level,
+    check_loaded_settings,
     check_replicates,
-    check_state_dict_keys,
 )
 
 __all__ = ["ReplicateState"]
@@ -192,24 +192,8 @@ class ReplicateState:
         all rows); its sums are checked like a loaded state's. A refused merge changes nothing.
         """
         fn = f"{self._fn}.merge"
-        if not isinstance(other, ReplicateState):
-            raise ValueError(f"{fn}: `other` must be a ReplicateState (got {type(other).__name__})")
-        if other is self:
-            raise ValueError(
-                f"{fn}: `other` must be another state (got the state itself, whose samples would "
-                "be counted twice; merge a copy.deepcopy if that is really meant)"
-            )
-        mine, theirs = self._settings(), other._settings()
-        if not _same_settings(mine, theirs):
-            diff = {
-                k: (mine[k], theirs[k])
-                for k in mine
-                if not _same_settings({k: mine[k]}, {k: theirs[k]})
-            }
-            raise ValueError(
-                f"{fn}: `other` must have the same n_replicates, seed, level and statistics "
-                f"(got differences, mine vs theirs: {diff})"
-            )
+        settings = "n_replicates, seed, level and statistics"
+        check_merge_partner(self, other, fn, kind="state", settings=settings)
         arrays = {
             name: stat._merge_checked(other._stats[name], fn, f"other[{name!r}]")
             for name, stat in self._stats.items()
@@ -241,12 +225,7 @@ class ReplicateState:
         Everything is checked before anything is replaced; a refused state dict changes nothing.
         """
         fn = f"{self._fn}.load_state_dict"
-        check_state_dict_keys(state_dict, fn)
-        if not _same_settings(self._settings(), state_dict["settings"]):
-            raise ValueError(
-                f"{fn}: `state_dict` must come from a state with the same settings "
-                f"{self._settings()} (got {state_dict['settings']})"
-            )
+        check_loaded_settings(self._settings(), state_dict, fn)
         state = state_dict["state"]
         name = "state_dict['state']"
         if not isinstance(state, dict):

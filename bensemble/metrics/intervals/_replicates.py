@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from bensemble._validation import as_float_tensor, check_finite, check_option, to_tensor
-from bensemble.metrics._state import _same_settings
+from bensemble.metrics._state import _same_settings, check_merge_partner
 from bensemble.metrics._state_checks import check_state_tensors
 from bensemble.metrics.intervals._interval import Interval, percentile_interval
 from bensemble.metrics.intervals._replicate_checks import check_mean_sums
@@ -191,12 +191,7 @@ class ReplicatesBase:
         values, counts and sums that can come from data); a refused state dict changes nothing.
         """
         fn = f"{self._fn}.load_state_dict"
-        check_state_dict_keys(state_dict, fn)
-        if not _same_settings(self._settings(), state_dict["settings"]):
-            raise ValueError(
-                f"{fn}: `state_dict` must come from a state with the same settings "
-                f"{self._settings()} (got {state_dict['settings']})"
-            )
+        check_loaded_settings(self._settings(), state_dict, fn)
         self._set(self._checked(state_dict["state"], fn, "state_dict['state']"))
         return self
 
@@ -218,25 +213,9 @@ class ReplicatesBase:
         self._add(sums, w.sum(0), self._points(prepared))
         return self
 
-    def _check_settings_for_merge(self, other: Any, fn: str, name: str = "other") -> None:
-        if type(other) is not type(self):
-            raise ValueError(
-                f"{fn}: `{name}` must be a {type(self).__name__} (got {type(other).__name__})"
-            )
-        if other is self:
-            raise ValueError(
-                f"{fn}: `{name}` must be another state (got the state itself, whose samples "
-                "would be counted twice; merge a copy.deepcopy if that is really meant)"
-            )
-        if not _same_settings(self._settings(), other._settings()):
-            raise ValueError(
-                f"{fn}: `{name}` must have the same settings (got {other._settings()} vs mine "
-                f"{self._settings()})"
-            )
-
     def _merge_checked(self, other: Any, fn: str, name: str = "other") -> dict[str, np.ndarray]:
         """``other``'s arrays after every check of a merge (nothing is added yet)."""
-        self._check_settings_for_merge(other, fn, name)
+        check_merge_partner(self, other, fn, name=name, kind="state")
         return self._checked(other.state, fn, f"{name}.state")
 
     def _add_arrays(self, arrays: dict[str, np.ndarray]) -> None:
@@ -337,6 +316,17 @@ def as_index_tensor(value: Any, name: str, fn: str) -> torch.Tensor:
 
 def check_method(method: str, fn: str, options: tuple[str, ...]) -> str:
     return check_option(method, "method", options, fn)
+
+
+def check_loaded_settings(settings: dict[str, Any], state_dict: Any, fn: str) -> None:
+    """A state dict ``{"settings": ..., "state": ...}`` saved by a state whose settings are
+    ``settings`` (what ``load_state_dict`` checks before reading the state)."""
+    check_state_dict_keys(state_dict, fn)
+    if not _same_settings(settings, state_dict["settings"]):
+        raise ValueError(
+            f"{fn}: `state_dict` must come from a state with the same settings "
+            f"{settings} (got {state_dict['settings']})"
+        )
 
 
 def check_state_dict_keys(state_dict: Any, fn: str) -> None:
