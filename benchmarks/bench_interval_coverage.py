@@ -200,7 +200,7 @@ def bundle_timing(n: int = 200_000, m: int = 5, k: int = 10, slots: int = 200):
     issue 21 vs ReplicateState (chunks of 50,000 rows) + selective_intervals, same run."""
     import _harness
 
-    from bensemble.app.evaluate_stats import register_stage
+    from bensemble.app.bootstrap_stats import register_stage
 
     g = torch.Generator().manual_seed(0)
     members = torch.softmax(2 * torch.randn(m, n, k, generator=g), -1)

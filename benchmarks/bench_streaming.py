@@ -1,30 +1,34 @@
-"""Streaming / distributed evaluation: memory of a memory-mapped evaluation, DDP sync cost, and
-``bensemble evaluate`` (in memory and ``--chunk-size``) against the previous implementation.
+"""``bensemble evaluate``'s one streaming engine: memory, CPU time, a tiny file's wall time,
+shards / workers / Ray agreement, and the DDP sync cost of a meter - every ratio from runs made
+by this script in the same session, each ``bensemble evaluate`` a fresh process.
 
-Three measurements, each a ratio of two runs made by this script in the same session:
+1. **Peak anonymous memory** (``--only memory``) of the default ``bensemble evaluate P.npy
+   --labels Y.npy --json`` (200 bootstrap replicates) on float32 probability files ``10^7 x 10``
+   and ``10^6 x 40`` (``--quick``: ``10^6 x 10`` and ``10^5 x 40``), above the same command on a
+   1,000-row file: the parent samples the child's ``RssAnon`` (``/proc/PID/status``: memory that
+   is not a page of a file, so a memory-mapped input does not count) every 2 ms. Target: the
+   excess at most half the file's size. The previous implementation (commit ``67b1c64``,
+   ``git archive``) is measured on the ``10^6 x 40`` file (at ``10^7`` it needs far more memory
+   than a shared machine should give it).
+2. **CPU time** (``--only evaluate``) of the default ``bensemble evaluate L.npy --labels Y.npy
+   --logits --json`` on ``200,000 x 5 x 10`` float32 logits (``--quick``: 20,000): the previous
+   implementation (commit ``67b1c64``, extracted with ``git archive`` and run outside the
+   repository root) against this tree, ``--repeats`` runs each, alternating; CPU seconds of the
+   child (user + system, ``resource.getrusage(RUSAGE_CHILDREN)``) - the primary figure on a
+   shared machine; wall time in the notes. Target 3x. Agreement: the largest relative
+   difference over the point values both report.
+3. **A tiny file** (``--only tiny``): ``900 x 5 x 10`` logits, the default command writing the
+   whole report folder (figures, ``report.html``), against ``python -c "import bensemble, torch,
+   matplotlib"``, alternating; median wall time. Target: at most 1.5x the imports (ratio >= 0.67).
+4. **Shards, workers, Ray** (``--only shards``): 200,000 x 5 x 10 logits as one file, as 4 shard
+   files, with ``--workers 2``, and through ``evaluate_shards(..., backend="ray")``: every number
+   of the report (intervals included) against the single file's.
+5. **DDP sync** (``--only ddp``): :func:`bensemble.integrations.sync_` of a
+   :class:`CalibrationErrorMeter` against torchmetrics' ``MulticlassCalibrationError.sync()``
+   over 2 gloo processes.
 
-1. **Peak RSS**, ``bensemble evaluate P.npy --labels Y.npy --bootstrap 0 --json`` on an ``N x
-   10`` float32 probability file (``N = 10^7``; ``--quick``: ``10^6``): with ``--chunk-size
-   65536`` (the file memory-mapped, read chunk by chunk) vs without (the file loaded, as
-   float64) - each in a fresh child process, peak RSS from ``VmHWM`` in the child's
-   ``/proc/self/status`` (``getrusage``'s ``ru_maxrss`` where that is missing: on Linux a child
-   inherits the parent's ``ru_maxrss`` across fork + exec, and the parent has just written the
-   file through a memory map). Agreement: the largest relative difference over every number of
-   the two JSON outputs.
-2. **DDP sync time** over 2 gloo processes on loopback at ``10^6`` and ``4 * 10^6`` rows per rank:
-   our :func:`bensemble.integrations.sync_` of a :class:`CalibrationErrorMeter` (45 float64
-   numbers) vs torchmetrics' ``MulticlassCalibrationError`` (its ``compute()`` gathers every
-   sample's confidence and accuracy). Timed: the synchronising call, median of 5.
-3. ``bensemble evaluate L.npy --labels Y.npy --logits --json`` on ``200,000 x 5 x 10`` float32
-   logits (``--quick``: 2,000), each run a fresh process: the previous implementation (the code
-   of commit ``b135e44``, the last before issue 13, extracted with ``git archive``; its
-   defaults: EECE 100 bins, no intervals) vs ours with the same work (``--eece-bins 100
-   --bootstrap 0``), the same with ``--chunk-size 65536``, and ours with today's defaults (EECE
-   ``auto`` bins, 200 bootstrap replicates), on a quiet machine and with ``--busy`` (2)
-   spinning processes during both runs (the oversubscribed machine of the issue's 65 s).
-   Agreement: largest relative difference over the numbers both report.
-
-Run: ``python benchmarks/bench_streaming.py [--quick] [--only rss|ddp|evaluate] [--busy 2]``
+Run: ``python benchmarks/bench_streaming.py [--quick] [--only memory|evaluate|tiny|shards|ddp]``
+(each measurement replaces its own section of ``benchmarks/results.md``; ``--quick`` only prints)
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,15 +53,18 @@ sys.path.insert(0, str(HERE.parent))
 
 import _harness  # noqa: E402
 
+#: The previous implementation: the last commit before the one streaming engine.
+PREVIOUS_COMMIT = "67b1c64"
+_MAIN = "import sys; from bensemble.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
 # ----------------------------------------------------------------------------- helpers
-
-
 def _numbers(payload, path=""):
-    """Every number of a JSON payload, keyed by its path (the setup/inputs excluded)."""
+    """Every number of a JSON payload, keyed by its path (inputs and the report excluded)."""
     if isinstance(payload, dict):
         out = {}
         for key, value in payload.items():
-            if key not in ("inputs", "report", "setup"):
+            if key not in ("inputs", "report"):
                 out.update(_numbers(value, f"{path}.{key}"))
         return out
     if isinstance(payload, list):
@@ -69,117 +77,303 @@ def _numbers(payload, path=""):
     return {}
 
 
-def _max_rel_diff(a: dict, b: dict) -> float:
+def _rel_diff(a: dict, b: dict, *, common: bool = False) -> str:
+    """Largest relative difference over the numbers of two payloads (and where)."""
     na, nb = _numbers(a), _numbers(b)
-    if set(na) != set(nb):
-        raise AssertionError(f"different numbers reported: {sorted(set(na) ^ set(nb))}")
-    return max(
-        (abs(na[k] - nb[k]) / max(abs(nb[k]), 1e-300) for k in na if na[k] != nb[k]),
-        default=0.0,
-    )
+    if not common and set(na) != set(nb):
+        return f"different numbers: {sorted(set(na) ^ set(nb))[:3]}"
+    keys = set(na) & set(nb)
+    diffs = [(abs(na[k] - nb[k]) / max(abs(nb[k]), 1e-300), k) for k in keys if na[k] != nb[k]]
+    worst, key = max(diffs, default=(0.0, "-"))
+    return f"{worst:.1e} ({key.lstrip('.')})" if worst else "0 (identical)"
 
 
-def _evaluate_cli(argv: list[str]) -> dict:
-    """``bensemble evaluate ARGV --json`` in this process; its JSON output."""
-    import contextlib
-    import io
-
-    from bensemble.cli import main
-
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        code = main(["evaluate", *argv, "--json"])
-    if code != 0:
-        raise RuntimeError(f"bensemble evaluate {' '.join(argv)} exited {code}")
-    return json.loads(buffer.getvalue())
+def _point_values(payload: dict) -> dict:
+    """The point values of a report (intervals, verdicts and notes left out)."""
+    keep = ("metrics", "selective", "ensemble", "conformal", "per_class", "temperature")
+    return {key: payload.get(key) for key in keep}
 
 
-# ----------------------------------------------------------------------------- 1. peak RSS
-
-
-def _peak_rss() -> int:
-    """This process's peak resident set in bytes: ``VmHWM`` of ``/proc/self/status`` (reset by
-    ``exec``, unlike ``getrusage``'s ``ru_maxrss``, which a child inherits from the parent's
-    peak across fork + exec), else ``ru_maxrss``."""
+def _previous_tree(tmp: str) -> str:
+    """``bensemble/`` as of :data:`PREVIOUS_COMMIT`, extracted under ``tmp``; its root."""
+    root = os.path.join(tmp, "previous")
+    os.makedirs(root)
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+        archive = subprocess.run(
+            ["git", "-C", str(HERE.parent), "archive", PREVIOUS_COMMIT, "bensemble"],
+            capture_output=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise SystemExit(
+            f"bench_streaming: the baseline is `bensemble evaluate` at commit {PREVIOUS_COMMIT}; "
+            f"this needs a git clone with that commit ({exc})"
+        ) from exc
+    subprocess.run(["tar", "-x", "-C", root], input=archive, check=True)
+    return root
 
 
-def _probe_rss(mode: str, path: str, labels: str) -> None:
-    """(child process) ``bensemble evaluate`` of the file one way; print peak RSS (bytes),
-    seconds and the command's JSON output as one JSON line."""
-    import bensemble.app.evaluate_stream  # noqa: F401
-    import bensemble.cli  # noqa: F401 - imported before the baseline is read
-
-    base = _peak_rss()  # after the imports
+def _child(root: str, argv: list[str], *, sample: bool = False) -> dict:
+    """``python -c <main> ARGV`` with ``root`` first on ``sys.path``, run in ``root`` (so the
+    working directory holds no other ``bensemble``): stdout, wall and CPU seconds, and with
+    ``sample`` the peak ``RssAnon`` sampled every 2 ms."""
+    env = dict(os.environ, PYTHONPATH=root, MPLBACKEND="Agg")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    argv = [path, "--labels", labels, "--bootstrap", "0"]  # the report --chunk-size writes
-    argv += ["--chunk-size", "65536"] if mode == "memmap" else []
-    out = _evaluate_cli(argv)
-    seconds = time.perf_counter() - start
-    print(json.dumps({"rss": _peak_rss(), "base": base, "seconds": seconds, "out": out}))
-
-
-def _run_probe(*args: str) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(HERE.parent))
-    proc = subprocess.run(
-        [sys.executable, __file__, "--probe", *args],
-        capture_output=True,
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _MAIN, *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         env=env,
-        check=True,
+        cwd=root,
     )
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    peak = 0
+    if sample:
+        status = f"/proc/{proc.pid}/status"
+        while proc.poll() is None:
+            try:
+                text = Path(status).read_text()
+            except OSError:
+                break
+            for line in text.splitlines():
+                if line.startswith("RssAnon:"):
+                    peak = max(peak, int(line.split()[1]) * 1024)
+            time.sleep(0.002)
+    out, err = proc.communicate()
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"bensemble {' '.join(argv)} ({root}) exited {proc.returncode}: {err}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"out": out, "wall": wall, "cpu": cpu, "peak": peak}
 
 
-def bench_rss(n: int, repeats: int) -> tuple[list[_harness.Result], list[str]]:
-    k = 10
-    with tempfile.TemporaryDirectory(prefix="bench-stream-") as tmp:
-        path, labels = os.path.join(tmp, "probs.npy"), os.path.join(tmp, "labels.npy")
-        g = np.random.default_rng(0)
-        out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, k))
-        for a in range(0, n, 1 << 20):
-            z = g.standard_normal((min(n, a + (1 << 20)) - a, k)).astype(np.float64) * 2
-            p = np.exp(z - z.max(1, keepdims=True))
-            out[a : a + len(z)] = p / p.sum(1, keepdims=True)
-        out.flush()
-        del out
-        np.save(labels, g.integers(0, k, n))
-        rows, notes = [], []
-        for rep in range(repeats):
-            full = _run_probe("materialised", path, labels)
-            mm = _run_probe("memmap", path, labels)
+def _probabilities(path: str, n: int, k: int, seed: int) -> None:
+    """An ``N x K`` float32 probability file, written a block at a time."""
+    g = np.random.default_rng(seed)
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, k))
+    for a in range(0, n, 1 << 20):
+        z = g.standard_normal((min(n, a + (1 << 20)) - a, k)) * 2
+        p = np.exp(z - z.max(1, keepdims=True))
+        out[a : a + len(z)] = p / p.sum(1, keepdims=True)
+    out.flush()
+    del out
+
+
+def _logits(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    g = torch.Generator().manual_seed(seed)
+    z = 2 * torch.randn(5, n, 10, generator=g, dtype=torch.float64)
+    z += 2 * torch.randn(1, n, 10, generator=g, dtype=torch.float64)
+    return z.to(torch.float32).numpy(), torch.randint(0, 10, (n,), generator=g).numpy()
+
+
+# ----------------------------------------------------------------------------- 1. memory
+def bench_memory(sizes: list[tuple[int, int]], previous_at: tuple[int, int] | None):
+    ours = str(HERE.parent)
+    rows, notes = [], []
+    with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
+        previous = _previous_tree(tmp) if previous_at else None
+
+        def files(n: int, k: int) -> list[str]:
+            path, labels = os.path.join(tmp, f"p{n}x{k}.npy"), os.path.join(tmp, f"y{n}x{k}.npy")
+            _probabilities(path, n, k, seed=n + k)
+            np.save(labels, np.random.default_rng(k).integers(0, k, n))
+            return [path, "--labels", labels, "--json"]
+
+        tiny = _child(ours, ["evaluate", *files(1000, 10)], sample=True)["peak"]
+        notes.append(f"memory: tiny run (1,000 x 10, ours) peaks at {tiny / 2**20:.0f} MiB RssAnon")
+        for n, k in sizes:
+            argv = ["evaluate", *files(n, k)]
+            size = os.path.getsize(argv[1])
+            run = _child(ours, argv, sample=True)
+            excess = run["peak"] - tiny
+            note = (
+                f"'times' are MiB: the file's size and our peak RssAnon above the tiny run "
+                f"(peak {run['peak'] / 2**20:.0f} MiB, {run['wall']:.1f} s wall, "
+                f"{run['cpu']:.1f} s CPU; 200 bootstrap replicates)"
+            )
+            agreement = None
+            if previous is not None and (n, k) == previous_at:
+                prev = _child(previous, argv, sample=True)
+                agreement = _rel_diff(
+                    _point_values(json.loads(run["out"])), _point_values(json.loads(prev["out"]))
+                )
+                note += (
+                    f"; previous implementation ({PREVIOUS_COMMIT}): peak "
+                    f"{prev['peak'] / 2**20:.0f} MiB RssAnon, {prev['wall']:.1f} s wall, "
+                    f"{prev['cpu']:.1f} s CPU; agreement: point values"
+                )
             rows.append(
                 _harness.Result(
-                    f"peak RSS, `bensemble evaluate` {n:.0e} x {k} float32 .npy (run {rep + 1})",
-                    "materialised (no --chunk-size)",
-                    full["rss"] / 2**20,
-                    mm["rss"] / 2**20,
-                    _max_rel_diff(mm["out"], full["out"]),
-                    target=10.0 if n >= 10**7 else None,  # the issue's target is at 10^7
-                    note="'times' are MiB of peak RSS; ours: --chunk-size 65536; agreement: "
-                    "max relative difference of every number",
+                    f"peak anonymous memory above a tiny run, default `bensemble evaluate` "
+                    f"{n:.0e} x {k} float32 .npy",
+                    "the file's size",
+                    size / 2**20,
+                    max(excess, 1) / 2**20,
+                    agreement,
+                    target=2.0,
+                    note=note,
                 )
-            )
-            notes.append(
-                f"RSS run {rep + 1}: materialised {full['rss'] / 2**20:.0f} MiB in "
-                f"{full['seconds']:.1f} s, --chunk-size {mm['rss'] / 2**20:.0f} MiB in "
-                f"{mm['seconds']:.1f} s; above the post-import baseline: materialised "
-                f"{(full['rss'] - full['base']) / 2**20:.0f} MiB, --chunk-size "
-                f"{(mm['rss'] - mm['base']) / 2**20:.0f} MiB (baseline "
-                f"{mm['base'] / 2**20:.0f} MiB: Python + torch + bensemble)"
             )
     return rows, notes
 
 
-# ----------------------------------------------------------------------------- 2. DDP sync
+# ----------------------------------------------------------------------------- 2. CPU
+def bench_evaluate(n: int, repeats: int):
+    ours = str(HERE.parent)
+    rows, notes = [], []
+    z, y = _logits(n)
+    with tempfile.TemporaryDirectory(prefix="bench-evaluate-") as tmp:
+        previous = _previous_tree(tmp)
+        path, labels = os.path.join(tmp, "logits.npy"), os.path.join(tmp, "labels.npy")
+        np.save(path, z)
+        np.save(labels, y)
+        variants = {
+            "defaults (200 bootstrap replicates)": [],
+            "--bootstrap 0": ["--bootstrap", "0"],
+        }
+        for name, extra in variants.items():
+            argv = ["evaluate", path, "--labels", labels, "--logits", "--json", *extra]
+            runs: dict[str, list[dict]] = {"previous": [], "ours": []}
+            for _ in range(repeats):
+                runs["previous"].append(_child(previous, argv))
+                runs["ours"].append(_child(ours, argv))
+            cpu = {key: statistics.median(r["cpu"] for r in v) for key, v in runs.items()}
+            wall = {key: statistics.median(r["wall"] for r in v) for key, v in runs.items()}
+            agreement = _rel_diff(
+                _point_values(json.loads(runs["ours"][0]["out"])),
+                _point_values(json.loads(runs["previous"][0]["out"])),
+            )
+            rows.append(
+                _harness.Result(
+                    f"`bensemble evaluate` {n:,} x 5 x 10 logits, {name}: CPU seconds",
+                    f"previous implementation (commit {PREVIOUS_COMMIT}, git archive)",
+                    cpu["previous"],
+                    cpu["ours"],
+                    agreement,
+                    target=3.0 if not extra else None,
+                    note=f"CPU time of the child (user + system), median of {repeats}, "
+                    f"alternating; wall {wall['previous']:.1f} s vs {wall['ours']:.1f} s; "
+                    "agreement: point values both report",
+                )
+            )
+    notes.append(
+        f"evaluate: baseline = `bensemble evaluate` as of commit {PREVIOUS_COMMIT} (the in-memory "
+        "path and its bootstrap), run from `git archive` outside the repository root; ours = "
+        "this tree; each run a fresh process"
+    )
+    return rows, notes
 
 
+# ----------------------------------------------------------------------------- 3. tiny file
+def bench_tiny(repeats: int):
+    ours = str(HERE.parent)
+    z, y = _logits(900, seed=1)
+    with tempfile.TemporaryDirectory(prefix="bench-tiny-") as tmp:
+        path, labels = os.path.join(tmp, "logits.npy"), os.path.join(tmp, "labels.npy")
+        np.save(path, z)
+        np.save(labels, y)
+        imports, runs = [], []
+        for i in range(repeats):
+            env = dict(os.environ, PYTHONPATH=ours, MPLBACKEND="Agg")
+            start = time.perf_counter()
+            subprocess.run(
+                [sys.executable, "-c", "import bensemble, torch, matplotlib"],
+                check=True,
+                env=env,
+                cwd=tmp,
+            )
+            imports.append(time.perf_counter() - start)
+            out = os.path.join(tmp, f"report{i}")
+            argv = ["evaluate", path, "--labels", labels, "--logits", "--out", out]
+            runs.append(_child(ours, argv))
+        wall = statistics.median(r["wall"] for r in runs)
+        cpu = statistics.median(r["cpu"] for r in runs)
+        files = len(os.listdir(os.path.join(tmp, "report0")))
+    row = _harness.Result(
+        "`bensemble evaluate` 900 x 5 x 10 logits, default, report folder written "
+        f"({files} files, figures and report.html)",
+        '`python -c "import bensemble, torch, matplotlib"`',
+        statistics.median(imports),
+        wall,
+        None,
+        target=1 / 1.5,
+        note=f"wall clock, median of {repeats} alternating runs; ours {cpu:.2f} s CPU; target: "
+        "at most 1.5x the imports (ratio >= 0.67)",
+    )
+    return [row], []
+
+
+# ----------------------------------------------------------------------------- 4. shards
+def bench_shards(n: int):
+    ours = str(HERE.parent)
+    z, y = _logits(n, seed=2)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-shards-", dir="/tmp") as tmp:
+        path, labels = os.path.join(tmp, "logits.npy"), os.path.join(tmp, "labels.npy")
+        np.save(path, z)
+        np.save(labels, y)
+        cuts = np.linspace(0, n, 5).round().astype(int)
+        shards = []
+        for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:], strict=True)):
+            shards.append(os.path.join(tmp, f"shard{i}.npy"))
+            np.save(shards[-1], z[:, a:b])
+        common = ["--labels", labels, "--logits", "--json", "--calibration-split", "0.2"]
+        one = _child(ours, ["evaluate", path, *common])
+        variants = {
+            "4 shard files": _child(ours, ["evaluate", *shards, *common]),
+            "--workers 2": _child(ours, ["evaluate", path, *common, "--workers", "2"]),
+        }
+        ray = _ray_run(ours, shards, labels, tmp)
+        if ray is not None:
+            variants["evaluate_shards(backend='ray', workers=2)"] = ray
+        reference = json.loads(one["out"])
+        for name, run in variants.items():
+            got = json.loads(run["out"])
+            rows.append(
+                _harness.Result(
+                    f"`bensemble evaluate` {n:,} x 5 x 10 logits (split 0.2, 200 replicates): "
+                    f"{name}",
+                    "one file, one process",
+                    one["wall"],
+                    run["wall"],
+                    _rel_diff(got, reference),
+                    note=f"wall; CPU {one['cpu']:.1f} s vs {run['cpu']:.1f} s (workers' CPU "
+                    "included); agreement: every number of the report, intervals included",
+                )
+            )
+    return rows, []
+
+
+def _ray_run(root: str, shards: list[str], labels: str, tmp: str) -> dict | None:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return None
+    code = (
+        "import json, sys, numpy as np, tempfile\n"
+        "from bensemble.app.evaluate import evaluate_shards\n"
+        "d = tempfile.mkdtemp(prefix='bray', dir='/tmp')\n"
+        "ev = evaluate_shards(sys.argv[2:], np.load(sys.argv[1]), backend='ray', workers=2, "
+        "temp_dir=d, from_logits=True, calibration_split=0.2)\n"
+        "print(json.dumps(ev.to_dict()))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=root, MPLBACKEND="Agg")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-c", code, labels, *shards], capture_output=True, text=True, env=env
+    )
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"evaluate_shards on Ray failed: {proc.stderr[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"out": proc.stdout.strip().splitlines()[-1], "wall": wall, "cpu": cpu}
+
+
+# ----------------------------------------------------------------------------- 5. DDP sync
 def _ddp_worker(rank: int, world: int, init_file: str, rows: int, out_file: str) -> None:
     import torch.distributed as dist
     from torchmetrics.classification import MulticlassCalibrationError
@@ -211,7 +405,7 @@ def _ddp_worker(rank: int, world: int, init_file: str, rows: int, out_file: str)
     dist.destroy_process_group()
 
 
-def bench_ddp(sizes: list[int]) -> tuple[list[_harness.Result], list[str]]:
+def bench_ddp(sizes: list[int]):
     import torch.multiprocessing as mp
 
     rows = []
@@ -232,166 +426,38 @@ def bench_ddp(sizes: list[int]) -> tuple[list[_harness.Result], list[str]]:
     return rows, ["DDP: median of 5 syncs, rank 0's clock, 1 torch thread per rank"]
 
 
-# ----------------------------------------------------------------------------- 3. evaluate
-
-
-#: The last commit before issue 13's work: its ``bensemble evaluate`` is the "65 s path" (the
-#: classwise EECE's K-means fits one after another with torch's default threads, no intervals).
-PREVIOUS_COMMIT = "b135e44"
-
-
-def _previous_tree(tmp: str) -> str:
-    """``bensemble/`` as of :data:`PREVIOUS_COMMIT`, extracted under ``tmp``; its root."""
-    root = os.path.join(tmp, "previous")
-    os.makedirs(root)
-    try:
-        archive = subprocess.run(
-            ["git", "-C", str(HERE.parent), "archive", PREVIOUS_COMMIT, "bensemble"],
-            capture_output=True,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.CalledProcessError) as exc:
-        raise SystemExit(
-            f"bench_streaming: the baseline is `bensemble evaluate` at commit {PREVIOUS_COMMIT}; "
-            f"this needs a git clone with that commit ({exc})"
-        ) from exc
-    subprocess.run(["tar", "-x", "-C", root], input=archive, check=True)
-    return root
-
-
-def _evaluate_child(root: str, argv: list[str]) -> tuple[dict, float, float]:
-    """``bensemble evaluate ARGV --json`` of the package under ``root`` in a fresh process:
-    its JSON, wall seconds and CPU seconds (all threads)."""
-    code = "import sys; from bensemble.cli import main; sys.exit(main(sys.argv[1:]))"
-    env = dict(os.environ, PYTHONPATH=root)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-c", code, "evaluate", *argv, "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=root,  # `python -c` puts the working directory first on sys.path
-    )
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise RuntimeError(f"bensemble evaluate ({root}) exited {proc.returncode}: {proc.stderr}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return json.loads(proc.stdout), wall, cpu
-
-
-def _common_rel_diff(a: dict, b: dict) -> str:
-    """Largest relative difference over the numbers both payloads report, and where."""
-    na, nb = _numbers(a), _numbers(b)
-    diffs = [(abs(na[k] - nb[k]) / max(abs(nb[k]), 1e-300), k) for k in set(na) & set(nb)]
-    worst, key = max(diffs, default=(0.0, "-"))
-    return f"{worst:.1e} ({key.lstrip('.')})"
-
-
-def bench_evaluate(n: int, busy: int) -> tuple[list[_harness.Result], list[str]]:
-    from bensemble.metrics.epistemic import auto_n_bins
-
-    g = torch.Generator().manual_seed(0)
-    z = 2 * torch.randn(5, n, 10, generator=g, dtype=torch.float64)
-    z += 2 * torch.randn(1, n, 10, generator=g, dtype=torch.float64)
-    y = torch.randint(0, 10, (n,), generator=g)
-    rows, notes = [], []
-    with tempfile.TemporaryDirectory(prefix="bench-evaluate-") as tmp:
-        previous, ours = _previous_tree(tmp), str(HERE.parent)
-        path, labels = os.path.join(tmp, "logits.npy"), os.path.join(tmp, "labels.npy")
-        np.save(path, z.to(torch.float32).numpy())
-        np.save(labels, y.numpy())
-        argv = [path, "--labels", labels, "--logits"]
-        same = [*argv, "--bootstrap", "0", "--eece-bins", "100"]  # the previous defaults
-        runs = {
-            "same work (EECE 100 bins, no intervals)": same,
-            "chunked, same work": [*same, "--chunk-size", "65536"],
-            f"defaults (EECE {auto_n_bins(n)} bins, 200 bootstrap replicates)": argv,
-        }
-        for load in (0, busy) if busy else (0,):
-            spinners = [
-                subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(load)
-            ]
-            try:
-                base, t_base, c_base = _evaluate_child(previous, argv)
-                timed = {name: _evaluate_child(ours, args) for name, args in runs.items()}
-            finally:
-                for p in spinners:
-                    p.kill()
-                    p.wait()
-            condition = f"{load} busy processes" if load else "quiet"
-            for name, (out, t, c) in timed.items():
-                agreement = None if name.startswith("defaults") else _common_rel_diff(out, base)
-                rows.append(
-                    _harness.Result(
-                        f"`bensemble evaluate` {n:,} x 5 x 10 logits, ours: {name}; {condition}",
-                        f"previous implementation (commit {PREVIOUS_COMMIT}, its defaults: "
-                        "EECE 100 bins, no intervals)",
-                        t_base,
-                        t,
-                        agreement,
-                        target=5.0,
-                        note=f"wall clock of a fresh process each; CPU {c_base:.1f} s vs {c:.1f} s"
-                        + (
-                            ""
-                            if agreement is None
-                            else "; agreement: max relative difference of the numbers both report"
-                        ),
-                    )
-                )
-    notes.append(
-        f"evaluate: baseline = `bensemble evaluate` as of commit {PREVIOUS_COMMIT} (before issue "
-        f"13), run from `git archive`; ours = this tree; each a fresh process; {busy} busy = that "
-        "many spinning processes during both runs (the oversubscribed machine of the issue's 65 s)"
-    )
-    return rows, notes
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, no results file")
-    parser.add_argument("--only", choices=("rss", "ddp", "evaluate"), default=None)
-    parser.add_argument("--repeats", type=int, default=1, help="RSS runs (each a fresh process)")
     parser.add_argument(
-        "--busy", type=int, default=2, help="spinning processes in the loaded evaluate rows (2)"
+        "--only", choices=("memory", "evaluate", "tiny", "shards", "ddp"), default=None
     )
-    parser.add_argument("--probe", nargs=3, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--repeats", type=int, default=3, help="runs per side (evaluate, tiny)")
     args = parser.parse_args(argv)
-    if args.probe:
-        _probe_rss(*args.probe)
-        return 0
     load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
-    results, notes = (
-        [],
-        [
-            f"torch threads: {torch.get_num_threads()}; load average at the start: {load} "
-            f"({os.cpu_count()} CPUs); command: `python benchmarks/bench_streaming.py"
-            + (" --quick" if args.quick else "")
-            + (f" --only {args.only}" if args.only else "")
-            + "`"
-        ],
-    )
-    if args.only in (None, "rss"):
-        r, n = bench_rss(10**6 if args.quick else 10**7, 1 if args.quick else args.repeats)
-        results += r
-        notes += n
-        print(_harness.format_table(r), *n, sep="\n", file=sys.stderr, flush=True)
-    if args.only in (None, "ddp"):
-        r, n = bench_ddp([10**5] if args.quick else [10**6, 4 * 10**6])
-        results += r
-        notes += n
-        print(_harness.format_table(r), *n, sep="\n", file=sys.stderr, flush=True)
-    if args.only in (None, "evaluate"):
-        r, n = bench_evaluate(2_000 if args.quick else 200_000, args.busy)
-        results += r
-        notes += n
-        print(_harness.format_table(r), *n, sep="\n", file=sys.stderr, flush=True)
-    if args.quick or args.only is not None:
-        print(_harness.format_table(results))
-        print("\n".join(notes))
-    else:
-        _harness.write_results(results, notes=notes)
+    command = "python benchmarks/bench_streaming.py" + (" --quick" if args.quick else "")
+    command += f" --only {args.only}" if args.only else ""
+    notes = [f"load average at the start: {load} ({os.cpu_count()} CPUs); `{command}`"]
+    quick = args.quick
+    plan = {
+        "memory": lambda: bench_memory(
+            [(10**6, 10), (10**5, 40)] if quick else [(10**7, 10), (10**6, 40)],
+            (10**5, 40) if quick else (10**6, 40),
+        ),
+        "evaluate": lambda: bench_evaluate(20_000 if quick else 200_000, args.repeats),
+        "tiny": lambda: bench_tiny(args.repeats if quick else max(args.repeats, 5)),
+        "shards": lambda: bench_shards(20_000 if quick else 200_000),
+        "ddp": lambda: bench_ddp([10**5] if quick else [10**6, 4 * 10**6]),
+    }
+    for name, run in plan.items():
+        if args.only in (None, name):
+            rows, more = run()
+            if args.quick:
+                print(_harness.format_table(rows), *notes, *more, sep="\n", flush=True)
+            else:  # one section of benchmarks/results.md per measurement
+                _harness.write_results(
+                    rows, notes=[*notes, *more], section=f"bench_streaming: {name}"
+                )
     return 0
 
 

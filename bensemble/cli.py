@@ -56,7 +56,26 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{printable_text(self.prog)}: error: {printable_text(message)}\n")
 
 
-def _build_parser() -> argparse.ArgumentParser:
+#: Sub-commands: the module that registers each, its function, and a one-line help for the
+#: stand-in registered when another command runs.
+COMMANDS = {
+    "demo": ("bensemble.app.demo", "add_demo_parser", "train the paper's methods and report"),
+    "evaluate": ("bensemble.app.evaluate", "add_evaluate_parser", "score saved predictions"),
+    "reproduce": (
+        "bensemble.experiments.reproduce",
+        "add_reproduce_parser",
+        "reproduce an experiment of the epistemic-calibration paper",
+    ),
+}
+
+
+def _build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser; when ``argv`` names a command, only that command's module is imported (the
+    others get a stand-in with their name and help: ``bensemble demo`` imports the methods and
+    scikit-learn, ``bensemble reproduce`` the experiments - seconds a small ``evaluate`` need
+    not wait for). Without a command (``--help``, a typo) every command is registered."""
+    import importlib
+
     parser = _Parser(
         prog="bensemble",
         description="How far can you trust a classifier? Ensembles, calibration, epistemic "
@@ -64,18 +83,12 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"bensemble {bensemble.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    from bensemble.app.demo import add_demo_parser
-
-    add_demo_parser(sub)
-
-    from bensemble.app.evaluate import add_evaluate_parser
-
-    add_evaluate_parser(sub)
-
-    from bensemble.experiments.reproduce import add_reproduce_parser
-
-    add_reproduce_parser(sub)
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    for name, (module, function, summary) in COMMANDS.items():
+        if chosen in COMMANDS and name != chosen:
+            sub.add_parser(name, help=summary)
+        else:
+            getattr(importlib.import_module(module), function)(sub)
     return parser
 
 
@@ -94,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = _build_parser()
+    parser = _build_parser(sys.argv[1:] if argv is None else [str(a) for a in argv])
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:

@@ -24,8 +24,7 @@ from bensemble.app.bootstrap import (
     calibrated_ece_null,
     percentile_interval,
 )
-from bensemble.app.evaluate_report import PngBytes, png_bytes
-from bensemble.app.evaluate_stats import eece_partition, per_sample_nll
+from bensemble.app.bootstrap_stats import eece_partition, per_sample_nll
 from bensemble.app.verdict import (
     QUESTIONS,
     RULES,
@@ -35,6 +34,7 @@ from bensemble.app.verdict import (
     verdict_dict,
 )
 from bensemble.reporting.html import HtmlFigure, HtmlReport, HtmlSection, HtmlTable, Verdict
+from bensemble.reporting.png import PngBytes, png_bytes
 
 __all__ = ["DatasetPage", "add_figures", "demo_page", "method_verdicts"]
 

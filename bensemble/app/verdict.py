@@ -41,6 +41,7 @@ from typing import Any
 from bensemble.reporting.html import Verdict
 
 __all__ = [
+    "CALIBRATION_RULE_TWO_STEP",
     "ECE_THRESHOLD",
     "EECE_THRESHOLD",
     "EMPTY_SETS",
@@ -75,6 +76,13 @@ RULES = (
     f"yes if the upper end of the EECE's 95% interval (K-means bins held fixed) is below "
     f"{EECE_THRESHOLD}; no if its lower end is above {EECE_THRESHOLD}; unclear otherwise; n/a "
     "for a single model.",
+)
+#: Rule 1 when the ECE's interval is valid near zero (the two-step L1 interval of the streaming
+#: replicate states): its lower end is 0 unless the data reject a zero binned ECE, so no separate
+#: calibrated-model reference is needed to keep the binned ECE's upward bias from reading as "no".
+CALIBRATION_RULE_TWO_STEP = (
+    f"yes if the upper end of the ECE's 95% interval (two-step, valid near zero) is below "
+    f"{ECE_THRESHOLD}; no if its lower end is above {ECE_THRESHOLD}; unclear otherwise."
 )
 _POINT_ONLY = (
     " No interval (--bootstrap 0, or one too large to compute): the answer ignores sampling noise."

@@ -82,7 +82,9 @@ class MemberRows:
         self._unreleased = 0
 
     def _convert(self, raw: np.ndarray) -> torch.Tensor:
-        t = torch.from_numpy(np.array(raw, dtype=np.float64))
+        # C order whatever the view (a transposed [N, M, K] file): reductions over members then
+        # sum in the same order as over a contiguous in-memory stack
+        t = torch.from_numpy(np.array(raw, dtype=np.float64, order="C"))
         self._unreleased += t.numel() * 8
         name, fn = self.name, self.fn
         if self.from_logits:

@@ -1,100 +1,78 @@
-"""Evaluating member predictions larger than memory: chunked passes over a memory-mapped array.
+"""The classwise EECE of member predictions larger than memory: its K-means fit and its sums,
+streamed over a row source a chunk of rows at a time.
 
-:func:`evaluate_chunked` reads ``[M, N, K]`` member probabilities (or logits; ``[N, K]`` for one
-model) from a ``.npy`` file opened with ``np.load(mmap_mode="r")`` - or any array supporting
-slicing - ``chunk_size`` samples at a time, feeds the streaming meters of
-:mod:`bensemble.metrics.streaming`, and returns the numbers of
-:func:`bensemble.app.evaluate.evaluate_predictions` without a calibration split
-(accuracy, NLL, Brier, ECE and classwise ECE of the ensemble mean; for ``M > 1`` the mean
-uncertainty decomposition and the EECE), up to float64 summation order. Memory is
-``O(chunk_size * M * K)`` plus the labels. (``bensemble evaluate --chunk-size`` adds the
-calibration split on top of the same pieces: :mod:`bensemble.app.evaluate_stream`.)
+A *row source* is anything that reads validated float64 member probabilities ``[M, b, K]`` of a
+dataset of ``N`` rows on demand (:class:`~bensemble.metrics._chunked_rows.MemberRows` over one
+array, or the multi-shard sources of :mod:`bensemble.app.evaluate`): attributes ``m``, ``n``,
+``k``, and methods ``slice(start, stop)``, ``take(rows)`` (distinct rows, in that order) and
+``release(force=False)``. The functions here give the *same* partition and the same per-bin sums
+as :func:`~bensemble.metrics.expected_epistemic_calibration_error` (classwise, K-means bins, its
+default stopping rule) on the rows ``positions`` of the source, read instead of held:
 
-The EECE follows the two-phase protocol with the *same* K-means fit as the in-memory path:
+1. :func:`canonical_order_chunked` puts the members in the EECE's canonical order (a byte-wise
+   sort of each member's whole prediction array, :func:`~bensemble.metrics._epistemic_checks.
+   canonical_member_order`) from the first chunk(s): a later chunk is read only while two
+   members are bit-identical so far;
+2. :func:`fit_classwise_centroids` fits every class's K-means exactly as the in-memory batched
+   fit does (same seed, same subsample rows, same seeding and Lloyd steps, same stopping rule),
+   on the subsample rows gathered from the source once for all classes; the ``refine`` Lloyd
+   steps over every row each take one streamed pass that serves every class and every seed at
+   once (per-centroid sums and counts, float64);
+3. :class:`EECESums` assigns each chunk's member vectors to the nearest centroid (float64, as
+   the in-memory assignment) and accumulates the per-bin sums; states merge by addition, so
+   chunks, shards and workers combine to the one-shot value up to float64 summation order;
+   :func:`eece_result` turns the sums of one state per K-means seed into the reported numbers
+   and the :class:`~bensemble.metrics.epistemic.EECEDetails` of the first seed.
 
-1. the members are put in the EECE's canonical order
-   (:func:`~bensemble.metrics._epistemic_checks.canonical_member_order`: a byte-wise sort of each
-   member's whole prediction array), found by :func:`canonical_order_chunked` from the first
-   chunk(s) - a later chunk is read only while two members are bit-identical so far;
-2. each class's K-means draws the same seeded subsample rows (gathered from the file), and its
-   refinement steps stream over the file chunk by chunk (:func:`fit_centroids_chunked`; each
-   class's fit reads the file ``1 + refine`` times when ``N`` exceeds the subsample);
-3. an :class:`~bensemble.metrics.streaming_epistemic.EECEMeter` per K-means seed accumulates the
-   per-bin sums in the main pass.
+Memory: a chunk, the subsample columns of a group of classes (``subsample x M`` float64 each;
+classes are fitted a group at a time when all of them would not fit :data:`FIT_BUDGET` bytes, each
+group reading the subsample rows once) and the ``O(K * bins * M)`` sums.
 """
 
 from __future__ import annotations
 
 import statistics
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
 
-from bensemble import _progress
-from bensemble._validation import as_labels, check_bool, check_positive_int
 from bensemble.metrics._chunked_rows import MemberRows, open_memmap
-from bensemble.metrics._epistemic_checks import WARN_OCCUPANCY, resolve_n_bins
-from bensemble.metrics.binning._fit import (
-    DEFAULT_LLOYD_RTOL,
-    DEFAULT_REFINE,
-    DEFAULT_SUBSAMPLE,
-    _fit,
-    resolve_seed,
-)
-from bensemble.metrics.binning._threads import map_classes, single_threaded
-from bensemble.metrics.streaming import (
-    AccuracyMeter,
-    BrierMeter,
-    CalibrationErrorMeter,
-    ClasswiseCalibrationErrorMeter,
-    NLLMeter,
-)
-from bensemble.metrics.streaming_epistemic import EECEMeter, UncertaintyMeter
+from bensemble.metrics._eece_stats import _eece_compute, _eece_update, _member_variance
+from bensemble.metrics._epistemic_checks import WARN_OCCUPANCY
+from bensemble.metrics._streaming_kmeans import FIT_BUDGET, _part_blocks, fit_classwise_centroids
+from bensemble.metrics.binning._nearest import _assign
 
 __all__ = [
+    "EECESums",
+    "eece_columns",
+    "FIT_BUDGET",
     "MemberRows",
     "canonical_order_chunked",
     "eece_result",
-    "evaluate_chunked",
-    "fit_centroids_chunked",
-    "metric_meters",
+    "fit_classwise_centroids",
     "open_memmap",
 ]
 
 _F64 = torch.float64
 
 
-def _part_blocks(
-    rows: MemberRows, positions: np.ndarray | None, block: int
-) -> Iterator[torch.Tensor]:
-    """The evaluated part (``positions``, in that order; ``None``: every row) block by block."""
-    n_part = rows.n if positions is None else len(positions)
-    for start in range(0, n_part, block):
-        if positions is None:
-            yield rows.slice(start, start + block)
-        else:
-            yield rows.take(positions[start : start + block])
-        rows.release()
-
-
 def canonical_order_chunked(
-    rows: MemberRows, positions: np.ndarray | None = None, *, block: int = 65_536
+    source: Any, positions: np.ndarray | None = None, *, block: int = 65_536
 ) -> torch.Tensor | None:
     """The EECE's canonical member order of the part ``positions`` (in that order), read block
     by block: members are sorted by the bytes of their whole flattened float64 prediction array
     (:func:`~bensemble.metrics._epistemic_checks.canonical_member_order`). A byte-wise order is
     lexicographic, so each block only sorts the members still tied (bit-identical so far); the
     reading stops once no two are tied. ``None`` when the members are already in that order."""
-    if rows.m < 2:
+    if source.m < 2:
         return None
-    groups = [np.arange(rows.m)]
-    for p in _part_blocks(rows, positions, block):
+    groups = [np.arange(source.m)]
+    for p in _part_blocks(source, positions, block):
         if all(len(g) == 1 for g in groups):
             break
-        flat = np.ascontiguousarray(p.reshape(rows.m, -1).numpy())
+        flat = np.ascontiguousarray(p.reshape(source.m, -1).numpy())
         width = np.dtype((np.void, flat.shape[1] * flat.itemsize))
         refined = []
         for group in groups:
@@ -111,100 +89,87 @@ def canonical_order_chunked(
                     start = i
         groups = refined
     order = np.concatenate(groups)
-    return None if np.array_equal(order, np.arange(rows.m)) else torch.from_numpy(order)
+    return None if np.array_equal(order, np.arange(source.m)) else torch.from_numpy(order)
 
 
-class _ClassColumns:
-    """Duck-typed ``[n, M]`` float64 member vectors of class ``k`` of the part ``positions``,
-    read from the array on indexing, ``block`` rows per read (what the K-means fit needs:
-    ``shape``, ``device``, ``dtype``, ``x[rows]``, ``x[a:b]``). ``x[rows]`` follows the part's
-    order, as the in-memory fit does; ``x[a:b]`` (the refinement passes, which sum over every
-    row) walks the part in file order (``ascending``), so each read is one contiguous range."""
-
-    def __init__(self, rows: MemberRows, k: int, positions, ascending, order, block) -> None:
-        self.rows, self.k, self.order, self.block = rows, k, order, block
-        self.positions, self.ascending = positions, ascending
-        n = rows.n if positions is None else len(positions)
-        self.shape = torch.Size([n, rows.m])
-        self.device = torch.device("cpu")
-        self.dtype = _F64
-
-    def __getitem__(self, index: Any) -> torch.Tensor:
-        if isinstance(index, slice):
-            start, stop, _ = index.indices(self.shape[0])
-            if self.ascending is None:
-                spans = [(a, min(a + self.block, stop)) for a in range(start, stop, self.block)]
-                return self._columns(self.rows.slice(a, b) for a, b in spans)
-            wanted = self.ascending[start:stop]
-        else:
-            index = np.asarray(index)
-            wanted = index if self.positions is None else self.positions[index]
-        parts = range(0, len(wanted), self.block)
-        return self._columns(self.rows.take(wanted[a : a + self.block]) for a in parts)
-
-    def _columns(self, blocks) -> torch.Tensor:
-        out = []
-        for p in blocks:
-            self.rows.release()
-            p = p if self.order is None else p[self.order]
-            out.append(p[:, :, self.k].T.contiguous())  # a copy: the block is freed now
-        return torch.cat(out) if out else torch.empty(0, self.rows.m, dtype=_F64)
+# ----------------------------------------------------------------------------- the sums
+def eece_columns(member_probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The classwise EECE's member columns ``[M, K * b]`` (class-major) of ``member_probs
+    [M, b, K]`` and their member variance ``[K * b]`` (the reported EU; its sum over a chunk is
+    the chunk's sum of ``Var_m p_m(y = k)``)."""
+    h, n, k = member_probs.shape
+    cols = member_probs.permute(0, 2, 1).reshape(h, k * n)
+    return cols, _member_variance(cols)
 
 
-def fit_centroids_chunked(
-    rows: MemberRows,
-    n_bins: int,
-    seeds: list[int],
-    *,
-    positions: np.ndarray | None = None,
-    order: torch.Tensor | None = None,
-    block: int = 65_536,
-    progress: bool = False,
-) -> list[list[torch.Tensor]]:
-    """Per seed, the per-class K-means centroids exactly as the in-memory classwise EECE fits
-    them on the part ``positions`` (same seed, same subsample rows, same Lloyd stopping rule
-    ``lloyd_rtol``; refinement and assignment
-    streamed over the array, ``block`` rows per read; members in ``order``)."""
-    n_part = rows.n if positions is None else len(positions)
-    ascending = None if positions is None else np.sort(positions)  # shared by every class
-    total = rows.k * len(seeds)
-    with _progress.progress(total=total, enabled=progress, desc="EECE K-means", unit="fits") as bar:
+class EECESums:
+    """Per-bin sums of the classwise EECE with fixed centroids (one K-means seed), chunk by chunk.
 
-        def one(c: int) -> list[torch.Tensor]:
-            x: Any = _ClassColumns(rows, c, positions, ascending, order, block)
-            if n_part <= DEFAULT_SUBSAMPLE:
-                x = x[np.arange(n_part)]
-            out = []
-            for s in seeds:
-                fit = _fit(
-                    x,
-                    n_bins,
-                    seed=s,
-                    subsample=DEFAULT_SUBSAMPLE,
-                    refine=DEFAULT_REFINE,
-                    lloyd_rtol=DEFAULT_LLOYD_RTOL,  # the in-memory classwise default
-                )
-                out.append(fit.centroids)
-                bar.update(1)
-            return out
+    ``update(member_probs [M, b, K], labels [b])`` (members in the canonical order) assigns every
+    class's member vectors to their nearest centroid (float64) and adds the counts, outcomes,
+    member variances and member probabilities of each bin (``_eece_update``, the one-shot EECE's
+    kernel); it returns the bin ids ``[K, b]`` (for interval accumulators that keep the bins
+    fixed). ``merge`` adds another state built on the same centroids.
+    """
 
-        per_class = map_classes(one, rows.k)
-    return [[per_class[c][i] for c in range(rows.k)] for i in range(len(seeds))]
+    def __init__(self, centroids: list[torch.Tensor]) -> None:
+        self.centroids = [c.to(_F64) for c in centroids]
+        self.k = len(self.centroids)
+        self.slots = max(c.shape[0] for c in self.centroids)
+        self.m = int(self.centroids[0].shape[1])
+        size = self.k * self.slots
+        self.counts = torch.zeros(size, dtype=_F64)
+        self.sum_y = torch.zeros(size, dtype=_F64)
+        self.sum_eu = torch.zeros(size, dtype=_F64)
+        self.sum_p = torch.zeros(size, self.m, dtype=_F64)
+
+    def update(
+        self, member_probs: torch.Tensor, labels: torch.Tensor, columns: Any = None
+    ) -> torch.Tensor:
+        """Add a chunk; ``columns`` is :func:`eece_columns` of it when the caller has it."""
+        h, n, k = member_probs.shape
+        cols, eu = eece_columns(member_probs) if columns is None else columns
+        outcome = (labels[None, :] == torch.arange(k)[:, None]).reshape(-1).to(_F64)
+        ids = torch.stack(
+            [_assign(cols[:, c * n : (c + 1) * n].T, self.centroids[c])[0] for c in range(k)]
+        )
+        flat = (ids + torch.arange(k)[:, None] * self.slots).reshape(-1)
+        counts, sum_y, sum_eu, sum_p = _eece_update(cols, outcome, eu, flat, k * self.slots)
+        self.counts += counts
+        self.sum_y += sum_y
+        self.sum_eu += sum_eu
+        self.sum_p += sum_p
+        return ids
+
+    def merge(self, other: EECESums) -> EECESums:
+        if other is self or other.counts.shape != self.counts.shape:
+            raise ValueError(
+                "EECESums.merge: `other` must be another state over the same bins (got "
+                f"{'itself' if other is self else tuple(other.counts.shape)})"
+            )
+        for name in ("counts", "sum_y", "sum_eu", "sum_p"):
+            getattr(self, name).add_(getattr(other, name))
+        return self
+
+    def value(self) -> float:
+        stats = _eece_compute(self.counts, self.sum_y, self.sum_eu, self.sum_p)
+        weighted = stats["weighted"].view(self.k, self.slots).sum(dim=1)
+        return float((weighted / self.counts.view(self.k, self.slots).sum(dim=1)).mean())
 
 
-def eece_result(meters: list[EECEMeter], seeds: list[int], n_bins: int, n: int) -> dict[str, Any]:
+def eece_result(sums: list[EECESums], seeds: list[int], n_bins: int, n: int) -> dict[str, Any]:
     """``eece`` (mean over seeds), ``eece_sd``, ``eece_seeds``, ``eece_bins`` and
     ``eece_bins_fitted`` as the in-memory EECE details report them, with its occupancy warning,
     and under ``"details"`` the :class:`~bensemble.metrics.epistemic.EECEDetails` of the first
     seed's partition (what the epistemic reliability diagram draws)."""
-    from bensemble.metrics.epistemic import EECEDetails, _eece_compute
+    from bensemble.metrics.epistemic import EECEDetails
 
-    values = [m.compute() for m in meters]
-    state = meters[0].state
-    k = len(meters[0].centroids)
-    stats = _eece_compute(state["counts"], state["sum_y"], state["sum_eu"], state["sum_p"])
+    values = [s.value() for s in sums]
+    first = sums[0]
+    k = first.k
+    stats = _eece_compute(first.counts, first.sum_y, first.sum_eu, first.sum_p)
     weighted = stats.pop("weighted").view(k, -1)
-    fitted = int((state["counts"].view(k, -1) > 0).sum(dim=1).max())
+    fitted = int((first.counts.view(k, -1) > 0).sum(dim=1).max())
     if n / fitted < WARN_OCCUPANCY:
         warnings.warn(
             f"expected_epistemic_calibration_error: bins hold fewer than {WARN_OCCUPANCY} "
@@ -236,98 +201,3 @@ def eece_result(meters: list[EECEMeter], seeds: list[int], n_bins: int, n: int) 
         "eece_bins_fitted": fitted,
         "details": details,
     }
-
-
-def metric_meters(k: int, n_bins: int) -> dict[str, Any]:
-    """The streaming meters behind one row of ``bensemble evaluate``'s metrics table."""
-    return {
-        "accuracy": AccuracyMeter(k),
-        "nll": NLLMeter(num_classes=k),
-        "brier": BrierMeter(k),
-        "ece": CalibrationErrorMeter(n_bins, num_classes=k),
-        "classwise_ece": ClasswiseCalibrationErrorMeter(k, n_bins),
-    }
-
-
-def evaluate_chunked(
-    member_probs: Any,
-    labels: Any,
-    *,
-    n_bins: int = 15,
-    eece_bins: int | str = "auto",
-    eece_seeds: int = 1,
-    seed: int = 0,
-    chunk_size: int = 65_536,
-    from_logits: bool = False,
-    progress: bool | None = None,
-) -> dict[str, Any]:
-    """Scores of member predictions read ``chunk_size`` samples at a time.
-
-    Args:
-        member_probs: ``[M, N, K]`` (or ``[N, K]``) array - typically :func:`open_memmap` of a
-            ``.npy`` file - of probabilities, or logits with ``from_logits=True``.
-        labels: ``[N]`` integer labels (held in memory).
-        n_bins: bins of the ECE and classwise ECE.
-        eece_bins: K-means bins of the EECE (``M > 1``): ``"auto"`` (the default of
-            ``bensemble evaluate``, :func:`~bensemble.metrics.epistemic.auto_n_bins` of ``N``) or
-            an integer.
-        eece_seeds: K-means seeds ``seed, ..., seed + eece_seeds - 1`` the EECE averages.
-        seed: the EECE's K-means seed (as ``evaluate_predictions``' ``seed``).
-        chunk_size: samples per chunk.
-        from_logits: the array holds logits (softmax per chunk, in float64).
-        progress: tqdm bar (``None``: only on a terminal).
-
-    Returns:
-        ``{"n", "accuracy", "nll", "brier", "ece", "classwise_ece"}``, and for ``M > 1`` also
-        ``"mean_total"``, ``"mean_aleatoric"``, ``"mean_epistemic"``, ``"mean_member_variance"``
-        (``Var_m p_m(y = k)``, divisor ``M``, averaged over samples and classes), ``"eece"``,
-        ``"eece_sd"``, ``"eece_seeds"``, ``"eece_bins"``, ``"eece_bins_fitted"``.
-    """
-    fn = "evaluate_chunked"
-    chunk_size = check_positive_int(chunk_size, "chunk_size", fn)
-    eece_seeds = check_positive_int(eece_seeds, "eece_seeds", fn)
-    enabled = True if progress is None else check_bool(progress, "progress", fn)
-    rows = MemberRows(member_probs, from_logits=from_logits, name="member_probs", fn=fn)
-    m, n, k = rows.m, rows.n, rows.k
-    y = as_labels(labels, "labels", fn, n=n, num_classes=k)
-    meters = metric_meters(k, n_bins)
-    uncertainty, order, eece, seeds, bins = None, None, [], [], 0
-    if m > 1:
-        bins = resolve_n_bins(eece_bins, n, fn)
-        first = resolve_seed(None, seed, fn)
-        seeds = [(first + i) % 2**63 for i in range(eece_seeds)]
-        uncertainty = UncertaintyMeter()
-        order = canonical_order_chunked(rows, block=chunk_size)
-        fits = fit_centroids_chunked(
-            rows, bins, seeds, order=order, block=chunk_size, progress=enabled
-        )
-        eece = [EECEMeter(c) for c in fits]
-    variance = torch.zeros((), dtype=torch.float64)  # sum of Var_m p_m(y = k) over samples, k
-    # single-threaded kernels: a chunk is too small for intra-op threads, whose barriers stall on
-    # a busy machine (bench_streaming: 10x slower with 2 threads on a loaded 2-core machine)
-    bar = _progress.progress(total=n, enabled=enabled, desc=fn, unit="rows")
-    with single_threaded(), bar:
-        for start in range(0, n, chunk_size):
-            p = rows.slice(start, start + chunk_size)
-            yb = y[start : start + chunk_size]
-            mean = p.mean(0)
-            for meter in meters.values():
-                meter.update(mean, yb)
-            if m > 1:
-                uncertainty.update(p)
-                variance += p.var(0, unbiased=False).sum()
-                p_eece = p if order is None else p[order]
-                for meter in eece:
-                    meter.update(p_eece, yb)
-            bar.update(int(yb.shape[0]))
-            rows.release()
-    rows.release(force=True)
-    out: dict[str, Any] = {"n": n}
-    out.update({name: meter.compute() for name, meter in meters.items()})
-    if m > 1:
-        out.update({f"mean_{key}": v for key, v in uncertainty.compute().items()})
-        out["mean_member_variance"] = float(variance / (n * k))
-        result = eece_result(eece, seeds, bins, n)
-        result.pop("details")
-        out.update(result)
-    return out

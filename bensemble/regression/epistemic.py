@@ -47,7 +47,7 @@ from typing import Any
 import torch
 
 from bensemble._validation import as_float_tensor, check_bool
-from bensemble.metrics._kmeans import resolve_seed
+from bensemble.metrics.binning._fit import resolve_seed
 from bensemble.regression import _binning
 from bensemble.regression._eece_kernels import RegressionEECEDetails, _reece_compute, _reece_update
 from bensemble.regression._inputs import RegressionMembers, as_member_predictions, as_targets

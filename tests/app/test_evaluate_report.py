@@ -7,14 +7,21 @@ import io
 import json
 import re
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from bensemble.app.evaluate import evaluate_predictions
-from bensemble.app.evaluate_summary import bootstrap_plan
+from bensemble.app.evaluate.intervals import available
+from bensemble.app.evaluate.replicates import GatheredBootstrap, _plan
 from bensemble.cli import main
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _reference_evaluate import reference_evaluation  # noqa: E402
+
+STREAMED = available()  # the library's streaming replicate states give the intervals
 
 
 def _members(m=3, n=300, k=4, seed=0, sharpness=1.0):
@@ -113,11 +120,25 @@ def test_every_headline_number_has_an_interval_around_the_reported_value(split_r
     assert ("scaled - unscaled", "nll") in rows
 
 
+@pytest.mark.skipif(STREAMED, reason="the gathered bootstrap gave way to streaming replicates")
 @pytest.mark.parametrize("members", [3, 1])
-def test_all_ones_weights_reproduce_every_reported_number(members):
+def test_all_ones_weights_reproduce_every_reported_number(members, monkeypatch):
+    """The statistics the bootstrap resamples are the reported numbers at all-ones weights (the
+    plan built from what the main pass handed the accumulator, chunk by chunk)."""
+    plans = []
+    compute = GatheredBootstrap.compute
+
+    def spy(self, reported):
+        plans.append(_plan(self._gathered(), self.n_bins))
+        return compute(self, reported)
+
+    monkeypatch.setattr(GatheredBootstrap, "compute", spy)
     probs, labels = _members(m=members, n=240, k=3, seed=4)
-    ev = evaluate_predictions(probs, labels, calibration_split=0.5, bootstrap=0, seed=2)
-    got = bootstrap_plan(ev).evaluate(torch.ones(1, ev.labels.shape[0]))
+    ev = evaluate_predictions(
+        probs, labels, calibration_split=0.5, bootstrap=5, seed=2, chunk_size=50
+    )
+    (plan,) = plans
+    got = plan.evaluate(torch.ones(1, plan.n))
     reported = {
         "unscaled": {**ev.metrics[0], **ev.selective[0]},
         "temperature-scaled": {**ev.metrics[1], **ev.selective[1]},
@@ -195,11 +216,11 @@ def test_per_class_table_for_at_most_20_classes(tmp_path, capsys, k):
 def test_empty_set_rate_and_per_class_coverage_match_a_direct_computation():
     # randomised APS with a large alpha returns empty sets
     probs, labels = _members(m=2, n=600, k=3, seed=3)
-    ev = evaluate_predictions(
-        probs, labels, calibration_split=0.5, alpha=0.4, conformal_score="aps", bootstrap=0
-    )
-    sets = ev.sets.numpy()
-    y = ev.labels.numpy()
+    kw = {"calibration_split": 0.5, "alpha": 0.4, "conformal_score": "aps"}
+    ev = evaluate_predictions(probs, labels, bootstrap=0, chunk_size=70, **kw)
+    ref = reference_evaluation(probs, labels, **kw)
+    sets = ref["sets"].numpy()
+    y = ref["labels"].numpy()
     empty = float((~sets.any(1)).mean())
     assert empty > 0
     assert ev.conformal["empty_set_rate"] == pytest.approx(empty, abs=1e-15)
@@ -228,18 +249,23 @@ def test_one_progress_line_per_stage_on_a_terminal(tmp_path, capsys, monkeypatch
     if flag:
         assert lines == []
         return
+    # the stage lines; the passes' tqdm bars (leave=False) redraw in place between them
+    lines = [line for line in lines if " ... " in line and "|" not in line]
     stages = [line.split(" ... ")[0] for line in lines]
     assert stages == [
-        "evaluate: metrics of the unscaled prediction",
-        "evaluate: temperature scaling",
-        "evaluate: conformal sets",
-        "evaluate: uncertainty decomposition",
-        "evaluate: EECE",
-        "evaluate: bootstrap (20 replicates)",
+        "bensemble evaluate: starting Python and importing",
+        "bensemble evaluate: opening the inputs",
+        "bensemble evaluate: temperature scaling and conformal calibration",
+        "bensemble evaluate: EECE bins (K-means)",
+        "bensemble evaluate: metrics, uncertainty, EECE sums (main pass)",
+        "bensemble evaluate: compute, intervals (20)",
+        "bensemble evaluate: figures",
+        "bensemble evaluate: writing the report",
     ]
     assert all(re.fullmatch(r".* \.\.\. \d+\.\d s", line) for line in lines)
 
 
+@pytest.mark.skipif(STREAMED, reason="the gathered bootstrap gave way to streaming replicates")
 def test_a_statistic_too_large_for_the_design_is_skipped_with_a_note(monkeypatch):
     import bensemble.app.bootstrap as B
 

@@ -1,5 +1,5 @@
 """The verdict rules of :mod:`bensemble.app.verdict` on hand-made numbers, and the notes of
-:mod:`bensemble.app.evaluate_summary` on hand-made evaluations."""
+:mod:`bensemble.app.evaluate.summary` on hand-made evaluations."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bensemble.app.evaluate import evaluate_predictions
-from bensemble.app.evaluate_summary import _notes
+from bensemble.app.evaluate.summary import _notes
 from bensemble.app.verdict import (
     ECE_THRESHOLD,
     EECE_THRESHOLD,

@@ -139,7 +139,7 @@ def test_report_api_writes_through_a_link(tmp_path):
 # ============================================================================ (c) names first
 def test_non_utf8_out_is_refused_before_the_work(tmp_path, capsys, monkeypatch):
     p, y = _inputs(tmp_path)
-    monkeypatch.setattr("bensemble.app.evaluate_cli.evaluate_predictions", _no_work)
+    monkeypatch.setattr("bensemble.app.evaluate.api.evaluate_source", _no_work)
     out = os.fsdecode(os.fsencode(str(tmp_path)) + b"/r\xe9sultats")
     code, _, err = _run(["evaluate", p, "--labels", y, "--out", out, *FAST], capsys)
     assert code == 2 and "r\\xe9sultats is not valid UTF-8" in _one_error(err)
@@ -148,7 +148,7 @@ def test_non_utf8_out_is_refused_before_the_work(tmp_path, capsys, monkeypatch):
 def test_non_utf8_input_name_is_refused_before_the_work(tmp_path, capsys, monkeypatch):
     name = os.fsdecode(b"pr\xe9dictions.npy")
     p, y = _inputs(tmp_path, name=name)
-    monkeypatch.setattr("bensemble.app.evaluate_cli.evaluate_predictions", _no_work)
+    monkeypatch.setattr("bensemble.app.evaluate.api.evaluate_source", _no_work)
     code, _, err = _run(["evaluate", p, "--labels", y, "--out", tmp_path / "r", *FAST], capsys)
     assert code == 2 and "pr\\xe9dictions.npy is not valid UTF-8" in _one_error(err)
 
@@ -161,7 +161,7 @@ def _no_work(*args, **kwargs):
 def test_out_name_longer_than_the_file_system_allows_is_refused_first(
     tmp_path, capsys, monkeypatch, command
 ):
-    monkeypatch.setattr("bensemble.app.evaluate_cli.evaluate_predictions", _no_work)
+    monkeypatch.setattr("bensemble.app.evaluate.api.evaluate_source", _no_work)
     monkeypatch.setattr("bensemble.app.demo._toy_runs", _no_work)
     name_max = os.pathconf(tmp_path, "PC_NAME_MAX")
     p, y = _inputs(tmp_path)
@@ -271,12 +271,6 @@ sys.exit(main(argv))
 
 
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc")
-@pytest.mark.xfail(
-    strict=False,  # passes where a truncated map reads zeros rather than raising SIGBUS
-    reason="bensemble evaluate --chunk-size still reads np.load(mmap_mode='r'), which dies with "
-    "SIGBUS; passes once the evaluate engine reads through bensemble.io.open_npy_chunks (issue 21)"
-    " - then remove this mark",
-)
 def test_truncated_while_chunked_reading_exits_2_with_one_line(tmp_path):
     p, y = _inputs(tmp_path, n=200_000, m=1)
     cmd = [sys.executable, "-c", textwrap.dedent(_TRUNCATE_WHEN_OPENED), p]

@@ -1,7 +1,7 @@
-"""The page of ``report.html`` for ``bensemble evaluate``, as data for
+"""Render: the page of ``report.html`` for ``bensemble evaluate``, as data for
 :func:`~bensemble.reporting.html.render_html`.
 
-:func:`evaluation_page` lays an :class:`~bensemble.app.evaluate.Evaluation` out as an
+:func:`evaluation_page` lays an :class:`~bensemble.app.evaluate.evaluation.Evaluation` out as an
 :class:`~bensemble.reporting.html.HtmlReport`: the three verdicts on top, then the protocol and
 how the verdicts are decided, the notes, and one section per table with its column definitions
 and its figures (the PNG bytes the report folder also holds).
@@ -11,24 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from bensemble.app.evaluate.figures import FIGURE_CAPTIONS
 from bensemble.reporting.html import HtmlFigure, HtmlReport, HtmlSection, HtmlTable, Verdict
 
 if TYPE_CHECKING:
-    from bensemble.app.evaluate import Evaluation
+    from bensemble.app.evaluate.evaluation import Evaluation
 
-__all__ = ["FIGURE_CAPTIONS", "evaluation_page", "verdicts_of"]
-
-#: Caption of each figure of the evaluate report, by file stem.
-FIGURE_CAPTIONS = {
-    "reliability": "Reliability diagram of the unscaled prediction: accuracy against confidence "
-    "per equal-width bin; the diagonal is perfect calibration.",
-    "reliability_scaled": "Reliability diagram after temperature scaling (test part).",
-    "epistemic_reliability": "Epistemic reliability diagram: per K-means bin, the members' "
-    "squared error against the reported epistemic uncertainty (member variance); points on the "
-    "diagonal are epistemically calibrated.",
-    "risk_coverage": "Risk-coverage curve: error rate among the accepted predictions when only "
-    "the most confident are accepted (confidence max_k p_k); the area under it is the AURC.",
-}
+__all__ = ["evaluation_page", "verdicts_of"]
 
 
 def verdicts_of(rows: list[dict[str, str]]) -> list[Verdict]:
@@ -39,7 +28,10 @@ def verdicts_of(rows: list[dict[str, str]]) -> list[Verdict]:
 
 def _protocol(ev: Evaluation, extra: dict[str, Any]) -> list[str]:
     s = ev.setup
-    inputs = extra.get("inputs", {})
+    inputs = {
+        key: ", ".join(value) if isinstance(value, list) else value
+        for key, value in extra.get("inputs", {}).items()
+    }
     lines = [
         f"{s['members']} member(s), {s['samples']} samples, {s['classes']} classes"
         + (f"; predictions {inputs['predictions']}" if inputs.get("predictions") else "")

@@ -1,17 +1,9 @@
-"""Intervals, selective-prediction scores and per-class rows of ``bensemble evaluate`` / ``demo``.
+"""The headline numbers of a report as statistics of a bootstrap plan.
 
-Everything here is measured on the reported (test) part and never changes a number the metric
-functions report: the intervals of :func:`stage_intervals` are percentile bootstrap intervals
-(:mod:`bensemble.app.bootstrap`) around the values of :mod:`bensemble.metrics`, and a test
-proves that all-ones weights reproduce those values.
-
-Definitions (the tables' notes repeat them):
-
-* ``error_auroc``: misclassification AUROC of the score ``1 - max_k p_k`` (larger = more likely
-  wrong; a sample is wrong when the argmax, first index on ties, differs from its label); 0.5 is
-  chance, 1 a perfect ranking. ``None`` when the part has no error or only errors.
-* ``aurc``: area under the risk-coverage curve of the confidence ``max_k p_k``
-  (:func:`bensemble.metrics.aurc`, lower is better; ties spread evenly).
+Shared by ``bensemble demo`` (its verdicts) and ``bensemble evaluate`` (its intervals): each
+helper turns the per-sample quantities of one prediction into the plan's statistics, so that
+all-ones weights reproduce the values the metric functions report (a test checks it), and
+:func:`stage_intervals` turns the replicates into the report's interval rows.
 """
 
 from __future__ import annotations
@@ -23,14 +15,11 @@ import torch
 from bensemble.app.bootstrap import BootstrapPlan, percentile_interval
 
 __all__ = [
+    "BIASED_METRICS",
     "STAGE_METRICS",
-    "class_rows",
     "eece_partition",
-    "per_class_rows",
     "per_sample_nll",
     "register_stage",
-    "selective_from_confidence",
-    "selective_scores",
     "stage_intervals",
 ]
 
@@ -44,43 +33,6 @@ def _top(probs: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch
     pred = probs.argmax(1)
     conf = probs.gather(1, pred[:, None]).squeeze(1)
     return conf, (pred == labels).to(_F64)
-
-
-def selective_scores(probs: torch.Tensor, labels: torch.Tensor) -> dict[str, float | None]:
-    """``error_auroc`` and ``aurc`` of ``probs [n, K]`` (definitions: module docstring)."""
-    conf, correct = _top(probs, labels)
-    return selective_from_confidence(conf.to(_F64), correct)
-
-
-def selective_from_confidence(conf: torch.Tensor, correct: torch.Tensor) -> dict[str, float | None]:
-    """:func:`selective_scores` from the confidences ``max_k p_k [n]`` (float64) and the
-    correctness ``[n]`` (float64 0/1 or bool) alone (``--chunk-size`` gathers these two)."""
-    from bensemble.metrics import aurc, auroc
-
-    correct = correct.to(_F64)
-    errors = int((correct == 0).sum())
-    both = 0 < errors < correct.shape[0]
-    return {
-        "error_auroc": auroc(1.0 - conf.to(_F64), 1.0 - correct) if both else None,
-        "aurc": aurc(conf.to(_F64), correct),
-    }
-
-
-def selective_from_gathered(
-    conf: torch.Tensor, correct: torch.Tensor, block: int
-) -> dict[str, float | None]:
-    """:func:`selective_from_confidence` with one float64 of extra memory per sample and
-    ``O(block)`` temporaries (the chunked path's gathered ``conf [n]`` float64 and ``correct [n]``
-    bool; no sort index, see :mod:`bensemble.metrics._selective_sorted`): the same numbers up to
-    float64 summation order."""
-    from bensemble.metrics._selective_sorted import aurc_sorted, error_auroc_sorted
-
-    c = conf.to(_F64).numpy()
-    ok = correct.to(torch.bool).numpy()
-    return {
-        "error_auroc": error_auroc_sorted(c, ok, block=block),
-        "aurc": aurc_sorted(c, ok, block=block),
-    }
 
 
 def register_stage(
@@ -181,53 +133,6 @@ def stage_intervals(
     for key, values in replicates.items():
         stage, metric = key.split(":", 1)
         rows.append(_row(stage, metric, reported.get(stage, {}).get(metric), values))
-    return rows
-
-
-def per_class_rows(
-    probs: torch.Tensor,
-    labels: torch.Tensor,
-    n_bins: int,
-    *,
-    scaled: torch.Tensor | None = None,
-    sets: torch.Tensor | None = None,
-) -> list[dict[str, Any]]:
-    """One row per class: ``support``, ``accuracy`` (recall), ``classwise_ece`` (that class's
-    term of the classwise ECE, ``sum_b |B_kb| / N |acc - conf|``; after scaling too with
-    ``scaled``) and ``coverage`` of the conformal ``sets`` among that class's samples."""
-    from bensemble.conformal import per_class_coverage
-    from bensemble.metrics.calibration import _classwise_stats, _norm_from_sums
-
-    k = probs.shape[1]
-    support = torch.bincount(labels, minlength=k)
-    hits = torch.bincount(labels, weights=(probs.argmax(1) == labels).to(_F64), minlength=k)
-    cols = {"support": support.tolist(), "accuracy": (hits / support.clamp_min(1)).tolist()}
-    stages = (
-        {"classwise_ece": probs}
-        if scaled is None
-        else {
-            "classwise_ece_unscaled": probs,
-            "classwise_ece_scaled": scaled,
-        }
-    )
-    for name, p in stages.items():  # binned in their own dtype, as the metric does
-        cols[name] = _norm_from_sums(*_classwise_stats(p, labels, n_bins, "uniform"), "l1").tolist()
-    if sets is not None:
-        cols["coverage"] = per_class_coverage(sets, labels).tolist()
-    return class_rows(cols)
-
-
-def class_rows(cols: dict[str, list[Any]]) -> list[dict[str, Any]]:
-    """The rows of :func:`per_class_rows` from its columns (``support`` and ``accuracy`` first;
-    ``accuracy`` ``None`` for a class without support)."""
-    k = len(cols["support"])
-    rows = []
-    for c in range(k):
-        row: dict[str, Any] = {"class": c}
-        row.update({name: values[c] for name, values in cols.items()})
-        if row["support"] == 0:
-            row["accuracy"] = None
-        rows.append(row)
     return rows
 
 

@@ -1,8 +1,13 @@
-"""The command line of ``bensemble evaluate``: options, checks, the report folder and the printout.
+"""The command line of ``bensemble evaluate``: options, checks, the run and the printout.
 
-:func:`run_evaluate` validates every input before it creates the report folder, never writes over
-an input file, and writes each file atomically (:mod:`bensemble.app.evaluate_report`). The
-computation is :func:`bensemble.app.evaluate.evaluate_predictions`.
+:func:`run_evaluate` checks every option and opens every input (shapes, labels, the report
+folder) before it computes anything, computes with the one engine
+(:func:`~bensemble.app.evaluate.api.evaluate_source`: a ``.npy`` or uncompressed ``.npz`` member
+is read through :func:`bensemble.io.open_npy_chunks` ``--chunk-size`` rows at a time, other
+formats are read into memory and converted a chunk at a time; several PREDICTIONS files or
+a glob are one dataset; ``--workers N`` runs the main pass in N processes), and writes the report
+folder once, atomically, at the end (:mod:`~bensemble.app.evaluate.write`). Any bad input exits
+with status 2 and one line on stderr, and nothing is written; an input is never written over.
 """
 
 from __future__ import annotations
@@ -10,29 +15,18 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 import warnings
 from pathlib import Path
-
-from bensemble import _validation as V
-from bensemble._options import check_seed
-from bensemble.app.bootstrap import DEFAULT_BOOTSTRAP, check_bootstrap
-from bensemble.app.evaluate import (
-    CONFORMAL_SCORES,
-    MAX_PER_CLASS,
-    Evaluation,
-    evaluate_predictions,
-)
-from bensemble.app.evaluate_report import planned_files, write_evaluation
-from bensemble.io import InputError, load_labels, load_predictions, split_key
-from bensemble.reporting._folder import check_out_text, check_report_folder
-from bensemble.reporting.report import format_table, to_json
 
 __all__ = ["add_evaluate_parser", "run_evaluate"]
 
 PROG = "bensemble evaluate"
 DEFAULT_OUT = "bensemble-report"
-#: Most ECE bins the command accepts (far beyond any sample size it can score in memory).
+#: Most ECE bins the command accepts (far beyond any sample size it can score).
 MAX_BINS = 10**6
+_DEFAULT_BOOTSTRAP = 200  # bensemble.app.bootstrap.DEFAULT_BOOTSTRAP (no torch import here)
+_SCORES = ("lac", "aps", "raps")  # bensemble.app.evaluate.options.CONFORMAL_SCORES
 
 
 def _eece_bins_option(value: str) -> int | str:
@@ -45,19 +39,36 @@ def _eece_bins_option(value: str) -> int | str:
         raise argparse.ArgumentTypeError(f"must be 'auto' or an integer (got {value!r})") from None
 
 
+def _positive_int_option(value: str) -> int:
+    """A positive integer (argparse names the option on failure)."""
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (got {value!r})")
+    return n
+
+
 def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``evaluate`` sub-command on ``sub`` (from ``add_subparsers``)."""
     p = sub.add_parser(
         "evaluate",
         help="score saved predictions: metrics, uncertainty, scaling, conformal sets",
         description="Score saved member predictions against labels. PREDICTIONS is [M, N, K] "
-        "(M members, N samples, K classes) or [N, K] for one model, as .npy, .npz "
-        "(file.npz:key to pick an array), .pt (torch.load weights_only=True) or a header-less "
-        ".csv (N rows x K columns; for M members stack them as M*N rows and pass --members M). "
-        "LABELS are N integers.",
+        "(M members, N samples, K classes) or [N, K] for one model, as .npy (memory-mapped, "
+        "read a chunk at a time), .npz (file.npz:key to pick an array), .pt (torch.load "
+        "weights_only=True) or a header-less .csv (N rows x K columns; for M members stack them "
+        "as M*N rows and pass --members M). Several PREDICTIONS files (or a quoted glob) are "
+        "shards of one dataset, in the order given. LABELS are N integers (one file, or one "
+        "per shard).",
     )
-    p.add_argument("predictions", metavar="PREDICTIONS", help="member probabilities or logits")
-    p.add_argument("--labels", required=True, metavar="LABELS", help="integer labels [N]")
+    p.add_argument(
+        "predictions", nargs="+", metavar="PREDICTIONS", help="member probabilities or logits"
+    )
+    p.add_argument(
+        "--labels", required=True, nargs="+", metavar="LABELS", help="integer labels [N]"
+    )
     p.add_argument("--logits", action="store_true", help="PREDICTIONS are logits (softmax them)")
     p.add_argument(
         "--calibration-split",
@@ -68,9 +79,7 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
         "on this random fraction; report on the rest",
     )
     p.add_argument("--alpha", type=float, default=0.1, help="conformal miscoverage (0.1)")
-    p.add_argument(
-        "--conformal-score", default="lac", choices=CONFORMAL_SCORES, help="conformal score"
-    )
+    p.add_argument("--conformal-score", default="lac", choices=_SCORES, help="conformal score")
     p.add_argument("--n-bins", type=int, default=15, help="bins of ECE / classwise ECE (15)")
     p.add_argument(
         "--eece-bins",
@@ -87,10 +96,9 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     p.add_argument(
         "--bootstrap",
         type=int,
-        default=None,
+        default=_DEFAULT_BOOTSTRAP,
         metavar="B",
-        help=f"bootstrap replicates of the 95%% intervals ({DEFAULT_BOOTSTRAP}; 0: none; "
-        "not with --chunk-size, which reports no intervals)",
+        help=f"bootstrap replicates of the 95%% intervals ({_DEFAULT_BOOTSTRAP}; 0: none)",
     )
     p.add_argument(
         "--members",
@@ -105,6 +113,21 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
         choices=(0, 1),
         default=0,
         help="axis of a 3-D PREDICTIONS holding the members: 0 for [M, N, K], 1 for [N, M, K]",
+    )
+    p.add_argument(
+        "--chunk-size",
+        type=_positive_int_option,
+        default=None,
+        metavar="N",
+        help="samples per read (default: about 2^18 values, M x K per sample); a tuning knob: "
+        "memory against passes, the same numbers",
+    )
+    p.add_argument(
+        "--workers",
+        type=_positive_int_option,
+        default=1,
+        metavar="N",
+        help="processes for the main pass over the shards (1)",
     )
     p.add_argument(
         "--out",
@@ -122,9 +145,6 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
         action="store_true",
         help="no per-stage timing lines (they appear on a terminal's stderr only)",
     )
-    from bensemble.app.evaluate_stream import add_chunk_size_argument
-
-    add_chunk_size_argument(p)
     return p
 
 
@@ -148,6 +168,9 @@ def _check_out(out: Path, inputs: list[Path], files: list[str], overwrite: bool)
     The report folder is replaced as a whole, so an input inside it would be lost whatever its
     name (``files``, the names the report will have, are named in the message when they clash).
     """
+    from bensemble.io import InputError
+    from bensemble.reporting._folder import check_report_folder
+
     for src in inputs:
         if _same_file(out, src) or out.resolve() == src.resolve():
             raise InputError(f"--out {out} is an input file; choose another folder")
@@ -168,34 +191,50 @@ def run_evaluate(args: argparse.Namespace) -> int:
     before anything is written; 1 if writing the report fails; 0 on success. Warnings (logits
     that already look like probabilities, a temperature at its bound, ...) are one line each,
     ``bensemble evaluate: warning: ...``, and the run goes on. With ``--json`` and no ``--out``
-    nothing is written.
+    nothing is written. On a terminal, one line per stage says where the time went, from
+    starting Python to writing the folder.
     """
-    fn = PROG
-    chunk_size = getattr(args, "chunk_size", None)
-    evaluate = _evaluate_args
-    if chunk_size is not None:  # memory-mapped .npy, chunk by chunk
-        from bensemble.app.evaluate_stream import evaluate_chunked_args as evaluate
+    from bensemble.app.evaluate.timing import Timings, process_seconds
+
+    timings = Timings(enabled=not getattr(args, "no_progress", False))
+    started = process_seconds()
+    t0 = time.perf_counter()
+    import torch  # noqa: F401 - timed as a stage of its own
+
+    from bensemble.app.evaluate import api, write  # noqa: F401
+
+    timings.add("starting Python and importing", (started or 0.0) + time.perf_counter() - t0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            out = _out_folder(args, fn)
-            ev = evaluate(args, fn, out)
+            out = _out_folder(args)
+            ev = _evaluate_args(args, out, timings)
         except ValueError as exc:  # the error alone: a usage error is one line
             print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
             return 2
     _print_warnings(caught)
+
+    def named(paths: list) -> str | list[str]:  # one file as a string, shards as a list
+        return str(paths[0]) if len(paths) == 1 else [str(p) for p in paths]
+
     inputs = {
-        "predictions": str(args.predictions),
-        "labels": str(args.labels),
+        "predictions": named(args.predictions),
+        "labels": named(args.labels),
         "logits": bool(args.logits),
     }
-    if chunk_size is not None:
-        inputs["chunk_size"] = chunk_size
+    if args.chunk_size is not None:
+        inputs["chunk_size"] = args.chunk_size
+    if args.workers > 1:
+        inputs["workers"] = args.workers
     extra = {"inputs": inputs}
     report = None
     if out is not None:
+        from bensemble.app.evaluate.write import write_evaluation
+
         try:
-            report = write_evaluation(ev, out, extra=extra, overwrite=args.overwrite)
+            report = write_evaluation(
+                ev, out, extra=extra, overwrite=args.overwrite, timings=timings
+            )
         except (OSError, ValueError) as exc:
             print(
                 f"{PROG}: error: could not write the report to {out}: {_one_line(exc)}",
@@ -205,6 +244,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         for problem in report.problems:
             print(f"{PROG}: warning: {problem}", file=sys.stderr)
     if args.json:
+        from bensemble.reporting.report import to_json
+
         payload = ev.to_dict()
         payload.update(extra)
         payload["report"] = None
@@ -222,11 +263,13 @@ def run_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _out_folder(args: argparse.Namespace, fn: str) -> Path | None:
+def _out_folder(args: argparse.Namespace) -> Path | None:
     """The report folder: ``--out``, the default without ``--json``, else ``None`` (no files)."""
+    from bensemble.reporting._folder import check_out_text
+
     if args.out is None:
         return None if args.json else Path(DEFAULT_OUT)
-    return check_out_text(args.out, fn)
+    return check_out_text(args.out, PROG)
 
 
 def _print_warnings(caught: list[warnings.WarningMessage]) -> None:
@@ -239,8 +282,15 @@ def _print_warnings(caught: list[warnings.WarningMessage]) -> None:
                 print(f"{PROG}: warning: {text}", file=sys.stderr)
 
 
-def _evaluate_args(args: argparse.Namespace, fn: str, out: Path | None) -> Evaluation:
-    """Load and check everything, then evaluate (nothing is written)."""
+def _options(args: argparse.Namespace):
+    """The checked :class:`~bensemble.app.evaluate.options.EvaluateOptions` of ``args``."""
+    from bensemble import _validation as V
+    from bensemble._options import check_seed
+    from bensemble.app.bootstrap import check_bootstrap
+    from bensemble.app.evaluate.options import EvaluateOptions
+    from bensemble.io import InputError
+
+    fn = PROG
     V.check_probability(args.alpha, "--alpha", fn)
     V.check_n_bins(args.n_bins, fn, name="--n-bins")
     if args.n_bins > MAX_BINS:  # per-bin arrays: 2**40 bins would reach the allocator
@@ -251,31 +301,8 @@ def _evaluate_args(args: argparse.Namespace, fn: str, out: Path | None) -> Evalu
     if args.calibration_split is not None:
         V.check_probability(args.calibration_split, "--calibration-split", fn)
     check_seed(args.seed, "--seed", fn)
-    if args.bootstrap is None:
-        args.bootstrap = DEFAULT_BOOTSTRAP
     check_bootstrap(args.bootstrap, "--bootstrap", fn)
-    probs = load_predictions(
-        args.predictions,
-        logits=args.logits,
-        members=args.members,
-        members_axis=args.members_axis,
-        fn=str(split_key(args.predictions)[0]),
-    )
-    m, n, k = probs.shape
-    labels = load_labels(args.labels, n=n, num_classes=k, fn=str(split_key(args.labels)[0]))
-    if out is not None:
-        inputs = [split_key(args.predictions)[0], split_key(args.labels)[0]]
-        split = args.calibration_split is not None
-        files = planned_files(
-            ensemble=m > 1,
-            split=split,
-            per_class=k <= MAX_PER_CLASS,
-            intervals=args.bootstrap > 0,
-        )
-        _check_out(out, inputs, files, args.overwrite)
-    return evaluate_predictions(
-        probs,
-        labels,
+    options = EvaluateOptions(
         calibration_split=args.calibration_split,
         alpha=args.alpha,
         n_bins=args.n_bins,
@@ -284,11 +311,55 @@ def _evaluate_args(args: argparse.Namespace, fn: str, out: Path | None) -> Evalu
         conformal_score=args.conformal_score,
         seed=args.seed,
         bootstrap=args.bootstrap,
+        chunk_size=args.chunk_size or "auto",
         progress=not getattr(args, "no_progress", False),
+    )
+    return options.checked(fn)
+
+
+def _evaluate_args(args: argparse.Namespace, out: Path | None, timings):
+    """Check the options, open the inputs and the report folder, then evaluate (nothing is
+    written)."""
+    from bensemble.app.evaluate.api import evaluate_source
+    from bensemble.app.evaluate.options import MAX_PER_CLASS
+    from bensemble.app.evaluate.sources import Predictions, ShardSpec, expand_paths, read_labels
+    from bensemble.app.evaluate.write import planned_files
+    from bensemble.io import split_key
+
+    options = _options(args)
+    with timings.stage("opening the inputs"):
+        paths = expand_paths(list(args.predictions), "predictions")
+        label_paths = expand_paths(list(args.labels), "labels")
+        specs = [
+            ShardSpec(
+                path=path,
+                members=args.members,
+                members_axis=args.members_axis,
+                name="predictions",
+                where=str(split_key(path)[0]),
+            )
+            for path in paths
+        ]
+        source = Predictions(specs, None, from_logits=args.logits)
+        block = options.block(source.n, source.m * source.k)
+        source.set_labels(read_labels(label_paths, source.sizes, source.k, block=block))
+    if out is not None:
+        inputs = [split_key(p)[0] for p in [*paths, *label_paths]]
+        files = planned_files(
+            ensemble=source.m > 1,
+            split=options.calibration_split is not None,
+            per_class=source.k <= MAX_PER_CLASS,
+            intervals=options.bootstrap > 0,
+        )
+        _check_out(out, inputs, files, args.overwrite)
+    return evaluate_source(
+        source, options, workers=args.workers, backend="processes", timings=timings, fn=PROG
     )
 
 
-def _print_tables(ev: Evaluation) -> None:
+def _print_tables(ev) -> None:
+    from bensemble.reporting.report import format_table
+
     s = ev.setup
     head = f"{s['members']} member(s), {s['samples']} samples, {s['classes']} classes"
     if ev.temperature is not None:

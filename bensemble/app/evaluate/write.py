@@ -1,0 +1,109 @@
+"""Write: the report folder of ``bensemble evaluate``, once, atomically.
+
+:func:`planned_files` names the files before anything is computed (so the command can refuse a
+folder that would overwrite an input); :func:`write_evaluation` draws every figure once to PNG
+bytes in memory (:mod:`bensemble.reporting.png`), then stages the tables (Markdown, CSV, JSON),
+``summary.json``, the PNG files and the self-contained ``report.html`` (embedding the same bytes)
+beside the target folder and swaps the finished folder in
+(:class:`~bensemble.reporting.report.Report` with ``staged=True``): the folder holds exactly this
+run's files or is left as it was.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from bensemble.app.evaluate.evaluation import Evaluation
+from bensemble.app.evaluate.figures import figure_makers, planned_figures
+from bensemble.app.evaluate.timing import Timings
+
+__all__ = ["planned_files", "write_evaluation"]
+
+
+def planned_files(
+    *, ensemble: bool, split: bool, per_class: bool = True, intervals: bool = True
+) -> list[str]:
+    """File names :func:`write_evaluation` writes, known before anything is computed.
+
+    Args:
+        ensemble: more than one member (the ``ensemble`` table, the epistemic diagram).
+        split: a calibration split (``conformal`` table, the scaled reliability diagram).
+        per_class: at most 20 classes (the ``per_class`` table).
+        intervals: ``--bootstrap`` above 0 (the ``intervals`` table).
+    """
+    names = ["metrics", "selective"] + (["ensemble"] if ensemble else [])
+    names += ["conformal"] if split else []
+    names += (["intervals"] if intervals else []) + (["per_class"] if per_class else [])
+    files = [f"{t}{ext}" for t in names for ext in (".md", ".csv", ".json")]
+    files += ["summary.json", "report.html"]
+    return files + [f"{stem}.png" for stem in planned_figures(ensemble=ensemble, split=split)]
+
+
+def write_evaluation(
+    ev: Evaluation,
+    out_dir: str | os.PathLike,
+    *,
+    extra: dict | None = None,
+    overwrite: bool = False,
+    figures: dict[str, Callable[[], Any]] | None = None,
+    timings: Timings | None = None,
+) -> Any:
+    """Write the tables, ``summary.json``, the figures and ``report.html`` of ``ev`` to ``out_dir``.
+
+    Every figure is drawn once, to PNG bytes, before anything is written; one that fails to draw
+    is left out and named in ``report.problems`` (and in ``summary.json``) rather than stopping
+    the report. ``report.html`` embeds the same bytes, with the verdicts at the top. The files
+    are staged beside ``out_dir`` and swapped in at the end, so ``out_dir`` holds exactly this
+    run's files; an earlier report there is replaced only with ``overwrite``, and a folder
+    holding anything else is refused (``ValueError``). ``summary.json`` records the versions
+    (:func:`~bensemble.reporting.report.environment`) and under ``"files"`` exactly the files
+    written. The figures are :func:`~bensemble.app.evaluate.figures.figure_makers` of ``ev``
+    unless ``figures`` (file stem -> function drawing a figure) replaces them.
+
+    Returns:
+        The :class:`~bensemble.reporting.report.Report`; ``report.files`` lists what was
+        written and ``report.problems`` the figures left out.
+    """
+    from bensemble.app.evaluate.page import evaluation_page
+    from bensemble.reporting.html import render_html
+    from bensemble.reporting.png import PngBytes, draw_figures
+    from bensemble.reporting.report import Report, environment, markdown_table
+
+    timings = timings or Timings()
+    with timings.stage("figures"):
+        figs, problems = draw_figures(figure_makers(ev) if figures is None else figures)
+    with timings.stage("writing the report"):
+        report = Report(out_dir, staged=True, overwrite=overwrite)
+        report.problems = problems
+        try:
+            for name, title, rows in ev.tables():
+                report.add_table(name, rows, title=title)
+                notes = ev.table_notes(name)
+                if notes:  # the Markdown table carries its column definitions
+                    md = f"## {title}\n\n{markdown_table(rows)}\n" + "".join(
+                        f"- {n}\n" for n in notes
+                    )
+                    report.add_text(f"{name}.md", md)
+            summary = ev.to_dict()
+            summary.update(extra or {})
+            planned = planned_files(
+                ensemble=ev.ensemble is not None,
+                split=ev.temperature is not None,
+                per_class=ev.per_class is not None,
+                intervals=bool(ev.intervals),
+            )
+            summary["files"] = [f for f in planned if not f.endswith(".png") or f[:-4] in figs]
+            summary["problems"] = problems
+            summary["versions"] = environment()
+            report.add_json("summary", summary)
+            for name, data in figs.items():
+                report.add_figure(name, PngBytes(data), close=False)
+            page = evaluation_page(ev, figs, extra=extra or {}, versions=summary["versions"])
+            report.add_text("report.html", render_html(page))
+            report.commit()
+        except BaseException:
+            report.discard()
+            raise
+    return report
