@@ -64,9 +64,11 @@ docs-assets:
 docs: $(STAMP) docs-assets
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
-# docs/figures/report_1280.png and report_390.png: the HTML report of `bensemble evaluate`.
+# docs/figures/report_1280.png and report_390.png: the HTML report of `bensemble evaluate`;
+# docs/figures/epistemic_reliability_k{2,10,100}.png: the default epistemic diagram at any K.
 screenshots: $(STAMP) browser
 	$(PY) scripts/report_screenshots.py
+	$(PY) scripts/epistemic_k_figures.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py

@@ -32,6 +32,7 @@ __all__ = [
     "environment",
     "format_table",
     "write_results",
+    "write_section",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -207,7 +208,15 @@ def write_results(
     body = [f"## {name}", "", f"Environment: {environment(device)}."]
     body += [f"{line}" for line in notes]
     body += ["", format_table(results)]
-    text = "\n".join(body)
+    return write_section("\n".join(body), path, section=name)
+
+
+def write_section(text: str, path: str | Path = DEFAULT_PATH, *, section: str | None = None) -> str:
+    """Replace (or append) the section ``section`` of the results file by ``text`` (Markdown
+    that starts with its own heading) and print it; for tables other than :class:`Result` rows.
+    """
+    name = _section_name(section)
+    text = text if text.endswith("\n") else text + "\n"
     print(text)
 
     target = Path(path)

@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-import torch
+
+from bensemble._seeds import check_generator
 
 __all__ = [
     "MAX_BIN_SLOTS",
@@ -243,30 +244,3 @@ def check_option(value: Any, name: str, options: Iterable[str], fn: str) -> str:
         valid = ", ".join(repr(o) for o in options)
         raise ValueError(f"{fn}: `{name}` must be one of {valid} (got {value!r})")
     return value
-
-
-def check_generator(
-    generator: Any, seed: Any, fn: str, *, name: str = "generator"
-) -> torch.Generator | None:
-    """A ``torch.Generator`` from ``generator`` or ``seed`` (at most one of them), else ``None``.
-
-    ``seed`` (a non-negative int) gives a fresh CPU generator seeded with it; ``None`` for both
-    means "use torch's global random state".
-    """
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise ValueError(
-            f"{fn}: `{name}` must be a torch.Generator or None (got {type(generator).__name__})"
-        )
-    if seed is not None:
-        if (
-            isinstance(seed, bool)
-            or not isinstance(seed, (int, np.integer))
-            or not 0 <= seed < 2**64
-        ):
-            raise ValueError(
-                f"{fn}: `seed` must be an integer in [0, 2**64) or None (got {seed!r})"
-            )
-        if generator is not None:
-            raise ValueError(f"{fn}: pass either `{name}` or `seed`, not both (got both)")
-        return torch.Generator().manual_seed(int(seed))
-    return generator

@@ -11,7 +11,9 @@ Conventions
   torch tensors on their original device (numpy/list inputs land on the CPU).
 * Probabilities must be finite, lie in ``[0, 1]`` and, along the class axis, sum to 1 within
   :data:`SUM_TOLERANCE` (``1e-4``; ``1e-2`` for float16/bfloat16 inputs). A matrix whose rows
-  do not sum to 1 is never guessed to be logits: the message suggests ``from_logits=True``.
+  do not sum to 1 is never guessed to be logits: rows within ``0.01`` of 1 are told to be
+  renormalised (a softmax of probabilities would be wrong), others that ``from_logits=True``
+  is the remedy if they are logits.
   The tolerance is that of the *original* dtype: a layer that already converted float16 data to
   float64 passes ``source_dtype=torch.float16`` on (:func:`as_probs`).
 * ``from_logits=True`` applies the softmax and never second-guesses the caller, but when every

@@ -156,10 +156,26 @@ def _check_simplex(
         return
     deviation = _row_sum_deviation(t, dim)
     if deviation > _sum_tolerance(original_dtype):
-        raise ValueError(
-            f"{fn}: `{name}` must have rows summing to 1 (max deviation {deviation:.3g}); "
-            "these look like logits or unnormalised scores - pass from_logits=True"
+        raise ValueError(f"{fn}: `{name}` must have rows summing to 1 {_sum_advice(deviation)}")
+
+
+#: Rows of values in [0, 1] this close to summing to 1 are probabilities off by rounding.
+ROUNDING_DEVIATION = 0.01
+
+
+def _sum_advice(deviation: float) -> str:
+    """What a row-sum error says: renormalise rows that are nearly normalised (a softmax would be
+    wrong for them); logits or unnormalised scores otherwise."""
+    if deviation <= ROUNDING_DEVIATION:
+        return (
+            f"(max deviation {deviation:.3g}): these are probabilities off by rounding - "
+            "renormalise them, e.g. probs / probs.sum(-1, keepdim=True) (from_logits=True "
+            "would apply a softmax to probabilities, which is wrong)"
         )
+    return (
+        f"(max deviation {deviation:.3g}); these look like logits or unnormalised scores - pass "
+        "from_logits=True if they are logits, else renormalise them"
+    )
 
 
 def _warn_if_probabilities(

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from bensemble._seeds import DEFAULT_SEED
 from bensemble._validation import (
     check_allocation,
     check_generator,
@@ -122,6 +123,7 @@ def predict_with_uncertainty(
     num_samples: int = 100,
     *,
     generator: torch.Generator | None = None,
+    seed: int | None = DEFAULT_SEED,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Monte Carlo predictive mean and standard deviation of a Bayesian network.
 
@@ -135,7 +137,10 @@ def predict_with_uncertainty(
         x: its input.
         num_samples: Monte Carlo passes (``>= 2``).
         generator: source of the weight noise (one weight sample per pass, shared by the
-            batch); ``None`` uses torch's global random state (bensemble 0.2 behaviour).
+            batch; its state advances).
+        seed: seed of the weight noise when no ``generator`` is given (default 0: identical
+            calls agree); ``None``: torch's global random state and the layers' own training
+            noise (bensemble 0.2 behaviour).
 
     Returns:
         ``(mean, std)``, each ``[N, *]``: the sample mean and the unbiased sample standard
@@ -144,7 +149,7 @@ def predict_with_uncertainty(
     fn = "predict_with_uncertainty"
     model = _check_model(model, fn)
     num_samples = check_positive_int(num_samples, "num_samples", fn, minimum=2)
-    generator = check_generator(generator, None, fn)
+    generator = check_generator(generator, seed, fn)
     modules = list(model.modules())
     flags = [(m, m.training) for m in modules]
     layers = [m for m in modules if isinstance(m, BaseBayesianLayer)]

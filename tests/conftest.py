@@ -66,3 +66,22 @@ def _fixed_global_seeds():
     _seed_global_generators()
     yield
     torch.random.set_rng_state(state)
+
+
+@pytest.fixture(autouse=True)
+def _hypothesis_settings_of_the_decorator(request):
+    """Give every parametrized hypothesis test the settings its decorator made, not a growing chain.
+
+    Hypothesis' pytest plugin wraps ``fn._hypothesis_internal_use_settings`` in one more
+    ``settings(parent=...)`` on every parametrized call, so after about a thousand cases of one test
+    reading any setting walks a chain deeper than Python's recursion limit (RecursionError inside
+    hypothesis, seen in test_sweep on CI). The fixture runs before the plugin's wrap and puts the
+    decorator's settings back, so the chain is one link long whatever the number of cases.
+    """
+    function = getattr(request.node, "obj", None)
+    function = getattr(function, "__func__", function)
+    current = getattr(function, "_hypothesis_internal_use_settings", None)
+    if current is not None:
+        original = function.__dict__.setdefault("_bensemble_decorator_settings", current)
+        function._hypothesis_internal_use_settings = original
+    yield

@@ -34,16 +34,20 @@ after scaling, elapsed time, files) and PNG figures: reliability diagrams before
 epistemic reliability diagrams before / after, and on the toy data maps of ``EU(x) = Var_h h(x)``
 beside the true per-x error ``E_h[(eta(x) - h(x))^2]`` (the paper's figures 2 and 6). A
 self-contained ``report.html`` shows the same tables and figures (the same PNG bytes, embedded)
-under a verdict block: per dataset and method, is the pooled prediction calibrated, did
-temperature scaling help on the test set, are the members epistemically calibrated - each
+under a verdict block: per dataset and method, is the pooled prediction calibrated before and
+after temperature scaling, did scaling help on the test set, are the members epistemically
+calibrated at the stage a user would deploy (scaled when a temperature was fitted) - each
 answered by the rules of :mod:`bensemble.app.verdict` with 95% bootstrap intervals
-(:mod:`bensemble.app.demo_html`).
+(:mod:`bensemble.app.demo_html`); the cards count and name the methods that pass. Every table
+carries notes on its columns and their units (:mod:`bensemble.app.demo_notes`), printed under
+it, shown under it in the page and kept in ``summary.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -54,6 +58,7 @@ from tqdm.auto import tqdm
 
 from bensemble import _progress
 from bensemble._options import check_seed
+from bensemble._terminal import printable_name
 from bensemble.app.demo_config import DIGITS_MULTICLASS, DemoConfig
 from bensemble.app.demo_data import ONE_VS_ALL_DIGIT
 from bensemble.app.demo_data import digits_runs as _digits_runs
@@ -65,6 +70,7 @@ from bensemble.app.demo_figures import (
     reliability_figure,
 )
 from bensemble.app.demo_html import DatasetPage, add_figures, demo_page
+from bensemble.app.demo_notes import metric_notes
 from bensemble.app.demo_protocol import (
     ALPHA,
     ECE_BINS,
@@ -198,6 +204,7 @@ def run_demo(
                 figs["toy_eu_maps"] = maps_figure(map_runs, grid_x, x_tr, y_tr)
             pages = [DatasetPage("Toy", title, toy_setup, toy, add_figures(report, figs))]
             summary["toy"] = {"setup": toy_setup, "fits": {r.label: r.fit for r in toy}}
+            summary["toy"]["notes"] = metric_notes(has_tece=True, alpha=ALPHA, ece_bins=ECE_BINS)
             summary["toy"]["verdicts"] = {r.label: r.verdicts for r in toy}
 
             digits, digit_setup = _digits_runs(config, seed, settings, bar)
@@ -219,8 +226,13 @@ def run_demo(
                 "setup": digit_setup,
                 "fits": {r.label: r.fit for r in digits},
                 "verdicts": {r.label: r.verdicts for r in digits},
+                "notes": metric_notes(has_tece=False, alpha=ALPHA, ece_bins=ECE_BINS),
             }
-            page = demo_page(pages, versions=summary["versions"], settings={"seed": seed})
+            page = demo_page(
+                pages,
+                versions=summary["versions"],
+                settings={"seed": seed, "alpha": ALPHA, "ece_bins": ECE_BINS},
+            )
             report.add_text("report.html", render_html(page))
         elapsed = time.perf_counter() - start
         summary["elapsed_s"] = round(elapsed, 2)
@@ -232,7 +244,7 @@ def run_demo(
         raise
     finally:
         torch.set_num_threads(threads)
-    _print(f"\nreport: {len(report.files)} files in {out}/")
+    _print(f"\nreport: {len(report.files)} files in {printable_name(out)}/")
     _print(f"elapsed: {elapsed:.1f} s")
     return DemoResult(tables=tables, summary=summary, files=list(report.files), elapsed=elapsed)
 
@@ -245,6 +257,9 @@ def _emit(
     sizes = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in setup.items())
     _print(f"\n{title}\n({sizes})")
     _print(format_table(rows))
+    notes = metric_notes(has_tece=any("TECE" in r for r in rows), alpha=ALPHA, ece_bins=ECE_BINS)
+    for text in notes:
+        _print(textwrap.fill(text, width=100, subsequent_indent="  "))
     for run in runs:
         if run.fit["note"]:
             _print(f"note ({run.label}): {run.fit['note']}")

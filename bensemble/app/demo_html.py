@@ -1,17 +1,18 @@
 """Verdicts and ``report.html`` of ``bensemble demo`` (see :mod:`bensemble.app.demo`).
 
-:func:`method_verdicts` answers the three questions of :mod:`bensemble.app.verdict` for one
-method on the test set, with 95% bootstrap intervals (:data:`~bensemble.app.bootstrap.
-DEFAULT_BOOTSTRAP` replicates, seeded by the demo's seed): the ECE of the pooled prediction
-before scaling, the paired NLL difference after - before scaling, and the EECE of the members
-before scaling (K-means bins held fixed). :func:`demo_page` lays the datasets out: a summary
-card per dataset and question on top (how many methods answered yes), then per dataset a
-verdict table (one row per method), the metrics table and the figures.
+:func:`method_verdicts` answers the questions of :mod:`bensemble.app.verdict` for one method on
+the test set, with 95% bootstrap intervals (:data:`~bensemble.app.bootstrap.DEFAULT_BOOTSTRAP`
+replicates, seeded by the demo's seed): the ECE of the pooled prediction before and after
+scaling (each verdict names its stage), the paired NLL difference after - before scaling, and
+the EECE of the members at the deployed stage (scaled when a temperature was fitted; K-means
+bins held fixed). :func:`demo_page` lays the datasets out: per dataset and question a summary
+card that counts and names the methods answering yes at the deployed stage (the unscaled count
+beside it), then per dataset a verdict table (one row per method), the metrics table with its
+column notes, and the figures.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,64 +38,81 @@ from bensemble.reporting.png import PngBytes, png_bytes
 
 __all__ = ["DatasetPage", "add_figures", "demo_page", "method_verdicts"]
 
-_SHORT = ("calibrated?", "scaling helped?", "epistemic?")
-_EVIDENCE = ("ECE [95% CI]", "NLL change [95% CI]", "EECE [95% CI]")
+#: The verdicts of one method, in table order: key -> (short column name, evidence column).
+VERDICT_COLUMNS = {
+    "calibrated_unscaled": ("calibrated (unscaled)?", "ECE unscaled [95% CI]"),
+    "calibrated_scaled": ("calibrated (scaled)?", "ECE scaled [95% CI]"),
+    "scaling": ("scaling helped?", "NLL change [95% CI]"),
+    "epistemic": ("epistemic?", "EECE [95% CI]"),
+}
+
+
+def _ece_stats(pooled: torch.Tensor, labels: torch.Tensor, n_bins: int) -> tuple:
+    """``(ids, gaps, conf)`` of the top-label ECE of ``pooled [n, K]`` (equal-width bins)."""
+    from bensemble.metrics._binning import uniform_bin_ids
+
+    pred = pooled.argmax(1)
+    conf = pooled.gather(1, pred[:, None]).squeeze(1)
+    ids = uniform_bin_ids(conf, n_bins)
+    return ids, (pred == labels).to(torch.float64) - conf.double(), conf
 
 
 def method_verdicts(
-    members: torch.Tensor,
-    pooled: torch.Tensor,
-    scaled: torch.Tensor | None,
+    stages: dict[str, tuple[torch.Tensor, torch.Tensor, Any]],
     labels: torch.Tensor,
-    details: Any,
     *,
     n_bins: int,
     seed: int,
     n_boot: int = DEFAULT_BOOTSTRAP,
-) -> list[dict[str, Any]]:
-    """The three verdicts of one method: ``members [H, n, K]`` and ``pooled [n, K]`` before
-    scaling, ``scaled [n, K]`` after (``None`` when no temperature was fitted), ``details`` the
-    EECE details before scaling (binary members for ``K = 2``, as the demo's EECE)."""
-    from bensemble.metrics import expected_calibration_error, negative_log_likelihood
-    from bensemble.metrics._binning import uniform_bin_ids
+) -> dict[str, dict[str, Any]]:
+    """The verdicts of one method on the test set, keyed as :data:`VERDICT_COLUMNS`.
 
-    n = labels.shape[0]
-    pred = pooled.argmax(1)
-    conf = pooled.gather(1, pred[:, None]).squeeze(1)
-    ids = uniform_bin_ids(conf, n_bins)
-    plan = BootstrapPlan(n)
-    plan.binned_gap("ece", ids, (pred == labels).to(torch.float64) - conf.double(), n_bins + 1)
-    if scaled is not None:
-        plan.mean("nll", per_sample_nll(scaled, labels) - per_sample_nll(pooled, labels))
+    ``stages`` maps ``"before"`` (and ``"after"``, when a temperature was fitted) to
+    ``(members [H, n, K], pooled [n, K], EECE details)``. Calibration is judged at both stages
+    (each verdict names its stage), the NLL change across them, and the members' epistemic
+    calibration at the stage a user would deploy: scaled when there is one, else unscaled.
+    """
+    from bensemble.metrics import expected_calibration_error, negative_log_likelihood
+
+    deployed = "after" if "after" in stages else "before"
+    plan = BootstrapPlan(labels.shape[0])
+    ece_inputs = {}
+    for stage, (_, pooled, _) in stages.items():
+        ids, gaps, conf = _ece_stats(pooled, labels, n_bins)
+        ece_inputs[stage] = (ids, conf)
+        plan.binned_gap(f"ece_{stage}", ids, gaps, n_bins + 1)
+    if "after" in stages:
+        after_nll = per_sample_nll(stages["after"][1], labels)
+        plan.mean("nll", after_nll - per_sample_nll(stages["before"][1], labels))
+    members, _, details = stages[deployed]
     binary = members.shape[-1] == 2
     vectors = members[..., 1] if binary else members
     plan.eece("eece", **eece_partition(vectors, labels, details, binary=binary))
     reps = plan.run(n_boot, seed=seed)
-    ece = expected_calibration_error(pooled, labels, n_bins=n_bins)
-    null = calibrated_ece_null(conf, ids, n_bins + 1, n_boot, seed=seed)
-    q95 = float(torch.quantile(null, 0.95)) if null.numel() else None
-    before = negative_log_likelihood(pooled, labels)
-    after = None if scaled is None else negative_log_likelihood(scaled, labels)
+    out: dict[str, dict[str, Any]] = {}
+    for stage, name in (("before", "unscaled"), ("after", "scaled")):
+        if stage not in stages:
+            continue
+        pooled = stages[stage][1]
+        ece = expected_calibration_error(pooled, labels, n_bins=n_bins)
+        ids, conf = ece_inputs[stage]
+        null = calibrated_ece_null(conf, ids, n_bins + 1, n_boot, seed=seed)
+        q95 = float(torch.quantile(null, 0.95)) if null.numel() else None
+        ci = percentile_interval(reps[f"ece_{stage}"], debias_from=ece) if n_boot else None
+        v = calibration_verdict(ece, ci, null_q95=q95, stage=name)
+        out[f"calibrated_{name}"] = verdict_dict(v, RULES[0], ece, ci)
+    before = negative_log_likelihood(stages["before"][1], labels)
+    after = negative_log_likelihood(stages["after"][1], labels) if "after" in stages else None
     diff = None if after is None else after - before
-    cis = {
-        "ece": percentile_interval(reps["ece"], debias_from=ece) if n_boot else None,
-        "nll": percentile_interval(reps["nll"]) if n_boot and after is not None else None,
-        "eece": percentile_interval(reps["eece"], debias_from=details.value) if n_boot else None,
-    }
-    verdicts = [
-        (calibration_verdict(ece, cis["ece"], null_q95=q95), ece, cis["ece"]),
-        (
-            scaling_verdict(diff, cis["nll"], before=before, after=after),
-            diff,
-            cis["nll"],
-        ),
-        (
-            epistemic_verdict(details.value, cis["eece"], members=members.shape[0]),
-            details.value,
-            cis["eece"],
-        ),
-    ]
-    return [verdict_dict(v, rule, x, ci) for (v, x, ci), rule in zip(verdicts, RULES)]
+    ci = percentile_interval(reps["nll"]) if n_boot and after is not None else None
+    out["scaling"] = verdict_dict(
+        scaling_verdict(diff, ci, before=before, after=after), RULES[1], diff, ci
+    )
+    ci = percentile_interval(reps["eece"], debias_from=details.value) if n_boot else None
+    name = "scaled" if deployed == "after" else "unscaled"
+    v = epistemic_verdict(details.value, ci, members=members.shape[0], stage=name)
+    out["epistemic"] = verdict_dict(v, RULES[2], details.value, ci)
+    return out
 
 
 def add_figures(report: Any, figures: dict[str, Any]) -> dict[str, bytes]:
@@ -122,19 +140,46 @@ class DatasetPage:
     figures: dict[str, bytes] = field(default_factory=dict)
 
 
+def _names(items: list[str]) -> str:
+    return ", ".join(items) if items else "none"
+
+
+def _card(page: DatasetPage, question: str, picks: dict[str, dict[str, Any]], note: str) -> Verdict:
+    """One summary card: how many methods answer yes, naming them, and the other answers."""
+    by_answer: dict[str, list[str]] = {}
+    for label, v in picks.items():
+        by_answer.setdefault(v["answer"].split(",")[0], []).append(label)
+    n, yes = len(picks), by_answer.get("yes", [])
+    if by_answer.get("n/a") and len(by_answer["n/a"]) == n:
+        status = "info"
+    else:
+        status = "good" if len(yes) == n else "bad" if len(by_answer.get("no", [])) == n else "warn"
+    answer = f"yes for {len(yes)} of {n}" + (f": {_names(yes)}" if 0 < len(yes) <= 3 else "")
+    detail = "; ".join(f"{a}: {_names(labels)}" for a, labels in by_answer.items())
+    return Verdict(f"{page.name}: {question}", answer, status, f"{detail}.{note}")
+
+
 def _summary_cards(page: DatasetPage) -> list[Verdict]:
-    cards = []
-    for i, question in enumerate(QUESTIONS):
-        answers = {run.label: run.verdicts[i]["answer"] for run in page.runs}
-        counts = Counter(a.split(",")[0] for a in answers.values())
-        n = len(answers)
-        status = "good" if counts["yes"] == n else "bad" if counts["no"] == n else "warn"
-        if counts["n/a"] == n:
-            status = "info"
-        detail = "; ".join(f"{label}: {a}" for label, a in answers.items())
-        cards.append(
-            Verdict(f"{page.name}: {question}", f"yes for {counts['yes']} of {n}", status, detail)
-        )
+    """Three cards per dataset. Calibration and epistemic calibration are judged at the stage a
+    user would deploy (temperature-scaled where a temperature was fitted); the unscaled count
+    is given beside."""
+    from bensemble.app.verdict import staged
+
+    runs = {run.label: run.verdicts for run in page.runs}
+    scaled = all("calibrated_scaled" in v for v in runs.values())
+    deployed = {k: v.get("calibrated_scaled", v["calibrated_unscaled"]) for k, v in runs.items()}
+    unscaled_yes = [k for k, v in runs.items() if v["calibrated_unscaled"]["answer"] == "yes"]
+    note = f" Unscaled: yes for {len(unscaled_yes)} of {len(runs)} ({_names(unscaled_yes)})."
+    if not scaled:
+        unscaled = [k for k, v in runs.items() if "calibrated_scaled" not in v]
+        note += f" No temperature was fitted for {_names(unscaled)}: judged unscaled."
+    question = staged(QUESTIONS[0], "scaled" if scaled else None)
+    cards = [_card(page, question, deployed, note)]
+    cards.append(_card(page, QUESTIONS[1], {k: v["scaling"] for k, v in runs.items()}, ""))
+    epistemic = {k: v["epistemic"] for k, v in runs.items()}
+    stages = {v["question"] for v in epistemic.values()}
+    question = stages.pop() if len(stages) == 1 else QUESTIONS[2]
+    cards.append(_card(page, question, epistemic, ""))
     return cards
 
 
@@ -150,12 +195,27 @@ def _verdict_rows(page: DatasetPage) -> list[dict[str, Any]]:
     rows = []
     for run in page.runs:
         row: dict[str, Any] = {"method": run.label}
-        for short, v in zip(_SHORT, run.verdicts):
-            row[short] = v["answer"]
-        for name, v in zip(_EVIDENCE, run.verdicts):
-            row[name] = _with_ci(v)
+        for key, (short, _) in VERDICT_COLUMNS.items():
+            v = run.verdicts.get(key)
+            row[short] = None if v is None else v["answer"]
+        for key, (_, evidence) in VERDICT_COLUMNS.items():
+            v = run.verdicts.get(key)
+            row[evidence] = None if v is None else _with_ci(v)
         rows.append(row)
     return rows
+
+
+#: Notes under the verdicts table.
+VERDICT_NOTES = (
+    "calibrated (unscaled)? / (scaled)?: the top-label ECE (15 equal-width bins, probability "
+    "units) of the pooled prediction before / after temperature scaling, against 0.03; '-' "
+    "where no temperature was fitted.",
+    "scaling helped?: the test NLL change after - before scaling, in nats (paired bootstrap: "
+    "one resample scores both stages); below 0 means scaling helped.",
+    "epistemic?: the members' EECE (K-means bins held fixed in the bootstrap; squared-"
+    "probability units) against 0.01, at the deployed stage (scaled when a temperature was "
+    "fitted).",
+)
 
 
 _CAPTIONS = {
@@ -170,6 +230,8 @@ def demo_page(
     pages: list[DatasetPage], *, versions: dict[str, str], settings: dict[str, Any]
 ) -> HtmlReport:
     """The demo's HTML report: summary cards, then one section per dataset."""
+    from bensemble.app.demo_notes import metric_notes
+
     sections = [
         HtmlSection(
             "How the verdicts are decided",
@@ -196,13 +258,17 @@ def demo_page(
                     HtmlTable(
                         f"{page.name}: verdicts per method",
                         _verdict_rows(page),
-                        notes=[
-                            "epistemic? asks whether the members' uncertainties are "
-                            "epistemically calibrated; NLL change is after - before scaling "
-                            "(paired bootstrap)."
-                        ],
+                        notes=list(VERDICT_NOTES),
                     ),
-                    HtmlTable(f"{page.name}: test-set metrics", rows),
+                    HtmlTable(
+                        f"{page.name}: test-set metrics",
+                        rows,
+                        notes=metric_notes(
+                            has_tece=any("TECE" in r for r in rows),
+                            alpha=settings["alpha"],
+                            ece_bins=settings["ece_bins"],
+                        ),
+                    ),
                 ],
                 figures=figures,
             )

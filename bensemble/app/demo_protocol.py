@@ -54,7 +54,7 @@ def _stage(
 ) -> tuple[dict[str, Any], Any]:
     """Test metrics of one stage; ``members [H, n, K]``, ``pooled [n, K]``, ``sets [n, K]``."""
     from bensemble import metrics as M
-    from bensemble.conformal import coverage, mean_set_size
+    from bensemble.conformal import coverage, empty_set_rate, mean_set_size
 
     binary = members.shape[-1] == 2
     details = M.expected_epistemic_calibration_error(
@@ -76,6 +76,7 @@ def _stage(
         row["TECE"] = M.true_epistemic_calibration_error(members[..., 1], eta, binary=True)
     row["coverage"] = coverage(sets, labels)
     row["set_size"] = mean_set_size(sets)
+    row["empty_sets"] = empty_set_rate(sets)
     return row, details
 
 
@@ -127,25 +128,17 @@ def _evaluate_method(
             scaled_pooled = scaler(log_pooled).softmax(-1)
         stages["after"] = (scaled_members, scaled_pooled)
 
-    rows, probs, details = [], {}, {}
+    rows, probs, details, test_stages = [], {}, {}, {}
     for stage, (m, p) in stages.items():
-        generator = torch.Generator().manual_seed(seed)
-        cp = SplitConformalClassifier("lac", alpha=ALPHA, generator=generator)
+        cp = SplitConformalClassifier("lac", alpha=ALPHA, seed=seed)
         sets = cp.calibrate(p[:n_cal][c_idx], y_cal[c_idx]).predict_set(p[n_cal:])
         scores, details[stage] = _stage(m[:, n_cal:], p[n_cal:], y_test, sets, eta_test, seed)
         temperature = fit["temperature"] if stage == "after" else None
         rows.append({"method": label, "stage": stage, "T": temperature, **scores})
         probs[stage] = p[n_cal:]
+        test_stages[stage] = (m[:, n_cal:], p[n_cal:], details[stage])
     run = _MethodRun(label, rows, fit, y_test, probs, details)
     from bensemble.app.demo_html import method_verdicts
 
-    run.verdicts = method_verdicts(
-        members[:, n_cal:],
-        probs["before"],
-        probs.get("after"),
-        y_test,
-        details["before"],
-        n_bins=ECE_BINS,
-        seed=seed,
-    )
+    run.verdicts = method_verdicts(test_stages, y_test, n_bins=ECE_BINS, seed=seed)
     return run

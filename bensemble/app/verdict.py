@@ -44,9 +44,12 @@ __all__ = [
     "CALIBRATION_RULE_TWO_STEP",
     "ECE_THRESHOLD",
     "EECE_THRESHOLD",
+    "EMPTY_SETS",
     "QUESTIONS",
     "RULES",
+    "STAGES",
     "calibration_verdict",
+    "empty_set_note",
     "epistemic_verdict",
     "scaling_verdict",
     "verdict_dict",
@@ -92,10 +95,57 @@ def _ends(value: float, ci: tuple[float, float] | None) -> tuple[float, float, s
     return ci[0], ci[1], f" (95% CI {ci[0]:.4f} to {ci[1]:.4f})"
 
 
+#: The stages a verdict can judge, as its question names them.
+STAGES = {"unscaled": "unscaled", "scaled": "temperature-scaled"}
+
+#: Why a conformal score can return an empty prediction set, per score.
+EMPTY_SETS = {
+    "lac": (
+        "LAC keeps the labels with p_y >= 1 - q (q the calibrated threshold): a set is empty "
+        "when no label is that probable, i.e. on hard, low-confidence inputs (with q < 0.5 at "
+        "most one label can pass); an empty set counts as a miss, and coverage still meets "
+        "1 - alpha."
+    ),
+    "aps": (
+        "randomised APS counts a label's own probability with weight u ~ U(0, 1): a set is "
+        "empty when even the top label's randomised score exceeds the threshold; "
+        "randomized=False never gives one."
+    ),
+    "raps": (
+        "randomised RAPS, as APS (plus its rank penalty): a set is empty when the top label's "
+        "randomised score exceeds the threshold; randomized=False never gives one."
+    ),
+}
+
+
+def empty_set_note(score: str, randomized: bool = True) -> str:
+    """Why sets of ``score`` (``"lac"``, ``"aps"``, ``"raps"``) can be empty, or that they
+    cannot (non-randomised APS / RAPS)."""
+    if score != "lac" and not randomized:
+        return f"non-randomised {score.upper()} sets always hold the top label: never empty."
+    return EMPTY_SETS[score]
+
+
+def staged(question: str, stage: str | None) -> str:
+    """``question`` naming the stage it judges: "Is the temperature-scaled model calibrated?"."""
+    if stage is None:
+        return question
+    return question.replace("the model", f"the {STAGES[stage]} model").replace(
+        "the members'", f"the {STAGES[stage]} members'"
+    )
+
+
 def calibration_verdict(
-    ece: float, ci: tuple[float, float] | None, *, null_q95: float | None = None
+    ece: float,
+    ci: tuple[float, float] | None,
+    *,
+    null_q95: float | None = None,
+    stage: str | None = None,
 ) -> Verdict:
-    """Question 1 from the unscaled ECE, its interval and the calibrated-model reference."""
+    """Question 1 from an ECE, its interval and the calibrated-model reference; ``stage``
+    (``"unscaled"`` / ``"scaled"``, a key of :data:`STAGES`) names the model judged in the
+    question (``None``: the question as it is)."""
+    question = staged(QUESTIONS[0], stage)
     lo, hi, text = _ends(ece, ci)
     detail = f"ECE {ece:.4f}{text}; threshold {ECE_THRESHOLD}."
     if null_q95 is not None:
@@ -106,15 +156,15 @@ def calibration_verdict(
     if ci is None:
         detail += _POINT_ONLY
     if hi < ECE_THRESHOLD:
-        return Verdict(QUESTIONS[0], "yes", "good", detail)
+        return Verdict(question, "yes", "good", detail)
     if lo > ECE_THRESHOLD and (null_q95 is None or ece > null_q95):
-        return Verdict(QUESTIONS[0], "no", "bad", detail)
+        return Verdict(question, "no", "bad", detail)
     why = (
         " The ECE is within what sampling noise gives a calibrated model: more points are needed."
         if null_q95 is not None and ece <= null_q95
         else " The interval holds the threshold."
     )
-    return Verdict(QUESTIONS[0], "unclear", "warn", detail + why)
+    return Verdict(question, "unclear", "warn", detail + why)
 
 
 def scaling_verdict(
@@ -150,22 +200,28 @@ def scaling_verdict(
 
 
 def epistemic_verdict(
-    eece: float | None, ci: tuple[float, float] | None, *, members: int
+    eece: float | None,
+    ci: tuple[float, float] | None,
+    *,
+    members: int,
+    stage: str | None = None,
 ) -> Verdict:
-    """Question 3 from the EECE and its interval (bins held fixed)."""
+    """Question 3 from the EECE and its interval (bins held fixed); ``stage`` as in
+    :func:`calibration_verdict`."""
+    question = staged(QUESTIONS[2], stage)
     if members < 2 or eece is None:
         return Verdict(
-            QUESTIONS[2], "n/a", "info", "A single model: no member disagreement to calibrate."
+            question, "n/a", "info", "A single model: no member disagreement to calibrate."
         )
     lo, hi, text = _ends(eece, ci)
     detail = f"EECE {eece:.4f}{text}; threshold {EECE_THRESHOLD}; {members} members."
     if ci is None:
         detail += _POINT_ONLY
     if hi < EECE_THRESHOLD:
-        return Verdict(QUESTIONS[2], "yes", "good", detail)
+        return Verdict(question, "yes", "good", detail)
     if lo > EECE_THRESHOLD:
-        return Verdict(QUESTIONS[2], "no", "bad", detail)
-    return Verdict(QUESTIONS[2], "unclear", "warn", detail + " The interval holds the threshold.")
+        return Verdict(question, "no", "bad", detail)
+    return Verdict(question, "unclear", "warn", detail + " The interval holds the threshold.")
 
 
 def verdict_dict(

@@ -130,6 +130,26 @@ def state_tensor(value: Any, key: str, fn: str, shape: tuple[int, ...] | None) -
 
     Raises a ``ValueError`` naming ``key`` otherwise, before anything is copied into the module.
     """
+    t = _dense_real(value, key, fn)
+    if shape is None:
+        ok = t.numel() == 1 and t.ndim <= 1
+        want = "one element (shape (1,))"
+    else:
+        ok = tuple(t.shape) == tuple(shape)
+        want = f"shape {tuple(shape)}"
+    if not ok:
+        raise ValueError(f"{fn}: `{key}` must have {want} (got shape {tuple(t.shape)})")
+    return _finite(t, key, fn)
+
+
+def table_state_tensor(value: Any, key: str, fn: str) -> torch.Tensor:
+    """A finite real tensor of any shape from a state dict, as a float64 CPU copy (the fitted
+    tables of the probability calibrators, whose shapes depend on the fit)."""
+    t = _finite(_dense_real(value, key, fn), key, fn)
+    return t.to(device="cpu", dtype=torch.float64)
+
+
+def _dense_real(value: Any, key: str, fn: str) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         raise ValueError(f"{fn}: `{key}` must be a tensor (got {type(value).__name__})")
     if value.is_complex() or value.dtype == torch.bool or value.is_sparse or value.is_meta:
@@ -137,15 +157,10 @@ def state_tensor(value: Any, key: str, fn: str, shape: tuple[int, ...] | None) -
             f"{fn}: `{key}` must be a dense real tensor (got dtype {value.dtype}, layout "
             f"{value.layout}{', meta' if value.is_meta else ''})"
         )
-    if shape is None:
-        ok = value.numel() == 1 and value.ndim <= 1
-        want = "one element (shape (1,))"
-    else:
-        ok = tuple(value.shape) == tuple(shape)
-        want = f"shape {tuple(shape)}"
-    if not ok:
-        raise ValueError(f"{fn}: `{key}` must have {want} (got shape {tuple(value.shape)})")
-    t = value.detach()
+    return value.detach()
+
+
+def _finite(t: torch.Tensor, key: str, fn: str) -> torch.Tensor:
     if t.is_floating_point() and not bool(torch.isfinite(t).all()):
         bad = int((~torch.isfinite(t)).sum())
         raise ValueError(f"{fn}: `{key}` must be finite (got {bad} NaN/inf values)")

@@ -14,23 +14,20 @@ from bensemble._validation import (
     check_positive,
     check_positive_int,
 )
+from bensemble.calibration._api import ScalerAPI, as_numpy
 from bensemble.calibration._inputs import fit_inputs, forward_input, state_tensor
+from bensemble.calibration._lbfgs import CONVERGENCE_GTOL, minimise
 
 __all__ = ["CONVERGENCE_GTOL", "MatrixScaling", "VectorScaling"]
 
-# L-BFGS settings for vector / matrix scaling (float64 objective).
-_LBFGS_TOLERANCE_GRAD = 1e-10
-_LBFGS_TOLERANCE_CHANGE = 1e-15
-_LBFGS_HISTORY = 20
-#: ``converged_`` of vector / matrix scaling: final max-abs gradient of the objective below this.
-CONVERGENCE_GTOL = 1e-6
 
-
-class _AffineScaling(nn.Module):
+class _AffineScaling(ScalerAPI, nn.Module):
     """Shared fit / forward for scalers that are affine in their parameters (convex NLL).
 
-    Parameters are ordinary float32 module parameters; the fit runs in float64 and stores its
-    result rounded to float32 (``nll_`` is the NLL of the stored, rounded map).
+    Parameters are float32 module parameters that do not require gradients (the fit is the
+    calibrator's own; ``requires_grad_(True)`` opts in to training them in an outer loop); the
+    fit runs in float64 and stores its result rounded to float32 (``nll_`` is the NLL of the
+    stored, rounded map).
     """
 
     _name = "_AffineScaling"
@@ -87,47 +84,28 @@ class _AffineScaling(nn.Module):
         max_iter = check_positive_int(max_iter, "max_iter", fn)
         self._check_hyperparameters(fn)
         z, y, _, _ = fit_inputs(logits, labels, fn, self.num_classes, stacklevel=3)
-        params = [p.requires_grad_() for p in self._initial(z.device)]
-        optimizer = torch.optim.LBFGS(
-            params,
-            lr=1.0,
-            max_iter=max_iter,
-            tolerance_grad=_LBFGS_TOLERANCE_GRAD,
-            tolerance_change=_LBFGS_TOLERANCE_CHANGE,
-            history_size=_LBFGS_HISTORY,
-            line_search_fn="strong_wolfe",
-        )
 
-        def objective() -> torch.Tensor:
+        def objective(params: list[torch.Tensor]) -> torch.Tensor:
             loss = F.cross_entropy(self._map(z, params), y)
             penalty = self._penalty(params)
             return loss if penalty is None else loss + penalty
 
-        def closure() -> torch.Tensor:
-            optimizer.zero_grad()
-            loss = objective()
-            loss.backward()
-            return loss
-
-        with torch.enable_grad():
-            optimizer.step(closure)
-            optimizer.zero_grad()
-            objective().backward()
-        gmax = max(float(p.grad.abs().max()) for p in params)
-        if not all(bool(torch.isfinite(p).all()) for p in params):
+        result = minimise(objective, self._initial(z.device), max_iter)
+        if not result.finite:
             # the stored map stays as it was: a diverged fit never becomes a NaN scaler
             raise ValueError(
                 f"{fn}: `logits` must allow a finite fit (the L-BFGS iterates became "
                 f"non-finite; the largest |logit| is {float(z.abs().max()):.4g}); rescale the "
                 "logits or check them for overflow upstream"
             )
+        gmax = result.max_gradient
         with torch.no_grad():
-            for own, fitted in zip(self.parameters(), params):
+            for own, fitted in zip(self.parameters(), result.params):
                 own.copy_(fitted)
             stored = [p.to(torch.float64) for p in self.parameters()]
             nll = float(F.cross_entropy(self._map(z, stored), y))
-        self.converged_ = bool(gmax <= CONVERGENCE_GTOL)
-        self.n_iter_ = int(optimizer.state[params[0]].get("n_iter", 0))
+        self.converged_ = result.converged
+        self.n_iter_ = result.n_iter
         self.nll_ = nll
         if not self.converged_:
             warnings.warn(
@@ -162,8 +140,9 @@ class VectorScaling(_AffineScaling):
         num_classes: Number of classes ``K`` (>= 2).
 
     Attributes:
-        a: Per-class scale ``[K]`` (float32 parameter), initially ones.
-        b: Per-class shift ``[K]`` (float32 parameter), initially zeros.
+        a: Per-class scale ``[K]`` (float32 parameter, no gradient), initially ones.
+        b: Per-class shift ``[K]`` (float32 parameter, no gradient), initially zeros.
+        a_, b_: The same as float64 numpy arrays.
         converged_, n_iter_, nll_: Set by :meth:`fit`.
 
     Example:
@@ -174,6 +153,9 @@ class VectorScaling(_AffineScaling):
         >>> scaler = VectorScaling(num_classes=3).fit(3 * latent, labels)
         >>> scaler.converged_, scaler(3 * latent).shape
         (True, torch.Size([2000, 3]))
+        >>> proba = scaler.predict_proba((3 * latent).numpy())  # numpy in, a plain tensor out
+        >>> proba.shape, proba.requires_grad
+        (torch.Size([2000, 3]), False)
     """
 
     _name = "VectorScaling"
@@ -184,6 +166,17 @@ class VectorScaling(_AffineScaling):
         check_allocation(self._name, "num_classes", self.num_classes, per_count=20, itemsize=8)
         self.a = nn.Parameter(torch.ones(self.num_classes, dtype=torch.float32))
         self.b = nn.Parameter(torch.zeros(self.num_classes, dtype=torch.float32))
+        self.requires_grad_(False)  # fitted by fit(), not by an outer optimiser
+
+    @property
+    def a_(self) -> Any:
+        """The per-class scale ``a`` applied, a float64 numpy array ``[K]`` (a copy)."""
+        return as_numpy(self.a)
+
+    @property
+    def b_(self) -> Any:
+        """The per-class shift ``b`` applied, a float64 numpy array ``[K]`` (a copy)."""
+        return as_numpy(self.b)
 
     def _initial(self, device: torch.device) -> list[torch.Tensor]:
         k = self.num_classes
@@ -209,8 +202,9 @@ class MatrixScaling(_AffineScaling):
         off_diagonal_l2: Penalty weight on the squared off-diagonal entries of ``W`` (>= 0).
 
     Attributes:
-        weight: ``[K, K]`` matrix (float32 parameter), initially the identity.
-        bias: ``[K]`` shift (float32 parameter), initially zeros.
+        weight: ``[K, K]`` matrix (float32 parameter, no gradient), initially the identity.
+        bias: ``[K]`` shift (float32 parameter, no gradient), initially zeros.
+        weight_, bias_: The same as float64 numpy arrays.
         converged_, n_iter_, nll_: Set by :meth:`fit` (``nll_`` excludes the penalty).
     """
 
@@ -227,6 +221,17 @@ class MatrixScaling(_AffineScaling):
         )
         self.weight = nn.Parameter(torch.eye(self.num_classes, dtype=torch.float32))
         self.bias = nn.Parameter(torch.zeros(self.num_classes, dtype=torch.float32))
+        self.requires_grad_(False)  # fitted by fit(), not by an outer optimiser
+
+    @property
+    def weight_(self) -> Any:
+        """The matrix ``W`` applied, a float64 numpy array ``[K, K]`` (a copy)."""
+        return as_numpy(self.weight)
+
+    @property
+    def bias_(self) -> Any:
+        """The shift ``b`` applied, a float64 numpy array ``[K]`` (a copy)."""
+        return as_numpy(self.bias)
 
     def _initial(self, device: torch.device) -> list[torch.Tensor]:
         k = self.num_classes

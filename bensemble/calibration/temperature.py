@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from bensemble._validation import check_option, check_positive, check_positive_int
+from bensemble.calibration._api import ScalerAPI
 from bensemble.calibration._ensemble import solve_ensemble_temperature
 from bensemble.calibration._inputs import check_bounds, fit_inputs, forward_input, state_tensor
 from bensemble.calibration._newton import (
@@ -144,7 +145,7 @@ def _check_applied(log_t: torch.Tensor, fn: str, name: str, shown: Any) -> None:
         )
 
 
-class TemperatureScaling(nn.Module):
+class TemperatureScaling(ScalerAPI, nn.Module):
     """Temperature scaling: ``softmax(z / T)`` with one positive scalar ``T``.
 
     ``T`` is stored as its logarithm (``log_temperature``, an ordinary float32 parameter of shape
@@ -189,6 +190,13 @@ class TemperatureScaling(nn.Module):
         on_boundary: ``"warn"`` (default: warn and clamp to the bound) or ``"raise"``
             (:class:`CalibrationFitError`) when the optimum lies at an end of ``bounds``.
 
+    **Inference.** ``log_temperature`` does not require gradients (the fit is the scaler's own),
+    so ``scaler(logits)`` is a plain tensor whenever ``logits`` is (``.numpy()`` works);
+    :meth:`transform` (scaled logits) and :meth:`predict_proba` (their softmax) take tensors or
+    numpy arrays and never track gradients. ``scaler.requires_grad_(True)`` makes the
+    temperature trainable by an outer optimiser again (``forward`` stays differentiable in its
+    input either way).
+
     Attributes (after fit):
         temperature_: The fitted temperature, a Python float.
         converged_: Whether the solver met its tolerance at an interior optimum.
@@ -207,6 +215,10 @@ class TemperatureScaling(nn.Module):
         (3.0, True)
         >>> scaler(3 * latent).shape
         torch.Size([5000, 4])
+        >>> scaler.predict_proba((3 * latent).numpy()).shape  # numpy in, a plain tensor out
+        torch.Size([5000, 4])
+        >>> scaler.temperature.requires_grad  # bensemble 0.2's tensor view, without gradient
+        False
     """
 
     def __init__(
@@ -222,11 +234,13 @@ class TemperatureScaling(nn.Module):
         self.bounds = check_bounds(bounds, fn)
         self.on_boundary = check_option(on_boundary, "on_boundary", ON_BOUNDARY, fn)
         self.log_temperature = nn.Parameter(_log_parameter(self.init_temp, fn, "init_temp"))
+        self.requires_grad_(False)  # fitted by fit(), not by an outer optimiser
 
     @property
     def temperature(self) -> torch.Tensor:
-        """``T = exp(log_temperature)``, a 1-element tensor (``.item()`` gives the float)."""
-        return self.log_temperature.exp()
+        """``T = exp(log_temperature)``, a 1-element tensor without gradient (bensemble 0.2's
+        attribute; ``.item()`` or :attr:`temperature_` give the float)."""
+        return self.log_temperature.detach().exp()
 
     @temperature.setter
     def temperature(self, value: float | torch.Tensor) -> None:
@@ -261,7 +275,8 @@ class TemperatureScaling(nn.Module):
         """
         fn = "TemperatureScaling.forward"
         z, out_dtype = forward_input(logits, fn, None)
-        t = self.temperature.to(device=z.device)  # exp in the parameter's dtype: temperature_
+        # exp in the parameter's dtype (= temperature_); differentiable if the parameter is
+        t = self.log_temperature.exp().to(device=z.device)
         value = float(t.detach().reshape(-1)[0])
         if not 0.0 < value < math.inf:
             raise ValueError(

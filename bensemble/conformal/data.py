@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from bensemble._seeds import DEFAULT_SEED
 from bensemble._validation import as_labels, check_probability
 from bensemble.conformal.scores import check_seed
 
@@ -33,7 +34,7 @@ def split_calibration(
     temperature_fraction: float = 0.5,
     stratify: bool = False,
     generator: torch.Generator | None = None,
-    seed: int | None = None,
+    seed: int | None = DEFAULT_SEED,
 ) -> CalibrationSplit:
     """Randomly split a held-out set into a temperature-fitting part and a conformal part.
 
@@ -53,9 +54,11 @@ def split_calibration(
             to the temperature part, in ``(0, 1)``. Per class, ``round(fraction * n_c)``
             samples (ties to even) go to the temperature part.
         stratify: keep each class's proportion equal in both parts.
-        generator: source of the random permutation.
-        seed: shorthand for ``generator=torch.Generator().manual_seed(seed)``: an integer
-            in ``[0, 2**64)`` (floats, bools and negative numbers are refused, never truncated).
+        generator: source of the random permutation (its state advances: calls differ).
+        seed: seed of the permutation when no ``generator`` is given: an integer in
+            ``[0, 2**64)`` (floats, bools and negative numbers are refused, never truncated);
+            default 0, so identical calls give the same split; ``None``: torch's global random
+            state.
 
     Returns:
         :class:`CalibrationSplit` of disjoint ascending index tensors covering ``0..N-1``.

@@ -24,19 +24,20 @@ whose score is at most the calibrated threshold, so a larger score means "less p
   has the smallest score any label can have and non-randomised RAPS sets are never empty.
 
 Within a row, equal probabilities are ranked by class index (a stable sort), so scores are
-deterministic. Randomised scores take ``generator=`` or ``seed=`` (one of them) for the
-uniforms. Member probabilities ``[M, N, K]`` are scored on their mean over members. All scores
-are computed in float64.
+deterministic. Randomised scores take ``seed=`` (default 0, so identical calls give identical
+scores; ``None``: torch's global random state) or a ``generator=`` for the uniforms. Member
+probabilities ``[M, N, K]`` are scored on their mean over members. All scores are computed in
+float64.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
-from bensemble._validation import as_probs, check_generator, check_positive, check_positive_int
+from bensemble._seeds import DEFAULT_SEED, resolve_generator
+from bensemble._validation import as_probs, check_positive, check_positive_int
 
 __all__ = ["SCORES", "lac_scores", "aps_scores", "raps_scores"]
 
@@ -102,34 +103,20 @@ def aps_kernel(
     return torch.empty_like(s).scatter_(1, order, s)
 
 
-#: Seeds are what :meth:`torch.Generator.manual_seed` takes without wrapping: ``[0, 2**64)``.
-_SEED_LIMIT = 2**64
-
-
 def check_seed(generator: Any, seed: Any, fn: str) -> torch.Generator | None:
-    """``generator`` or a fresh generator seeded with ``seed`` (an integer in ``[0, 2**64)``).
-
-    At most one of them may be given; ``None`` for both means torch's global random state.
-    """
-    if (
-        isinstance(seed, (int, np.integer))
-        and not isinstance(seed, bool)
-        and int(seed) >= _SEED_LIMIT
-    ):
-        raise ValueError(f"{fn}: `seed` must be an integer in [0, 2**64) (got {seed!r})")
-    return check_generator(generator, seed, fn)
+    """The random source under the library's rule (:mod:`bensemble._seeds`): ``generator``,
+    else a generator seeded with ``seed`` (default 0), else (``seed=None``) torch's global
+    random state."""
+    return resolve_generator(generator, seed, fn)
 
 
-def check_score_options(
-    k_reg: Any, lam: Any, randomized: Any, generator: Any, fn: str, seed: Any = None
-) -> tuple[int, float, bool, torch.Generator | None]:
-    """Validate the APS / RAPS hyper-parameters; returns them converted (``seed`` becomes a
-    generator)."""
+def check_score_options(k_reg: Any, lam: Any, randomized: Any, fn: str) -> tuple[int, float, bool]:
+    """Validate the APS / RAPS hyper-parameters; returns them converted."""
     k_reg = check_positive_int(k_reg, "k_reg", fn, minimum=0)
     lam = check_positive(lam, "lam", fn, allow_zero=True)
     if not isinstance(randomized, bool):
         raise ValueError(f"{fn}: `randomized` must be True or False (got {randomized!r})")
-    return k_reg, lam, randomized, check_seed(generator, seed, fn)
+    return k_reg, lam, randomized
 
 
 def lac_scores(probs: Any) -> torch.Tensor:
@@ -154,7 +141,7 @@ def aps_scores(
     *,
     randomized: bool = True,
     generator: torch.Generator | None = None,
-    seed: int | None = None,
+    seed: int | None = DEFAULT_SEED,
 ) -> torch.Tensor:
     """APS scores of every label (module docstring for the formula).
 
@@ -163,8 +150,9 @@ def aps_scores(
         randomized: weight the label's own probability by ``u ~ U(0, 1)`` (one draw per sample,
             shared by all labels of that sample); ``False``: the mass ranked strictly above the
             label (``u = 0``), whose sets are never empty.
-        generator: source of ``u``.
-        seed: shorthand for ``generator=torch.Generator().manual_seed(seed)``.
+        generator: source of ``u`` (its state advances: calls differ).
+        seed: seed of ``u`` when no ``generator`` is given (default 0: identical calls give
+            identical scores); ``None``: torch's global random state.
 
     Returns:
         Scores ``[N, K]`` (float64).
@@ -174,7 +162,8 @@ def aps_scores(
         tensor([[0.8000, 0.0000, 0.5000]], dtype=torch.float64)
     """
     fn = "aps_scores"
-    _, _, randomized, generator = check_score_options(0, 0.0, randomized, generator, fn, seed)
+    _, _, randomized = check_score_options(0, 0.0, randomized, fn)
+    generator = check_seed(generator, seed, fn)
     p = scoring_probs(probs, fn)
     u = draw_uniforms(p.shape[0], generator, p.device) if randomized else None
     return aps_kernel(p, u)
@@ -187,7 +176,7 @@ def raps_scores(
     lam: float = 0.01,
     randomized: bool = True,
     generator: torch.Generator | None = None,
-    seed: int | None = None,
+    seed: int | None = DEFAULT_SEED,
 ) -> torch.Tensor:
     """RAPS scores: APS plus ``lam * max(0, rank(y) - k_reg)`` with 1-based ranks.
 
@@ -196,8 +185,9 @@ def raps_scores(
         k_reg: number of top-ranked labels left unpenalised (``>= 0``).
         lam: penalty per rank beyond ``k_reg`` (``>= 0``; the paper's lambda).
         randomized: as in :func:`aps_scores`.
-        generator: source of the uniforms.
-        seed: shorthand for ``generator=torch.Generator().manual_seed(seed)``.
+        generator: source of the uniforms (its state advances: calls differ).
+        seed: seed of the uniforms when no ``generator`` is given (default 0); ``None``:
+            torch's global random state.
 
     Returns:
         Scores ``[N, K]`` (float64).
@@ -207,9 +197,8 @@ def raps_scores(
         tensor([[1.0000, 0.0000, 0.6000]], dtype=torch.float64)
     """
     fn = "raps_scores"
-    k_reg, lam, randomized, generator = check_score_options(
-        k_reg, lam, randomized, generator, fn, seed
-    )
+    k_reg, lam, randomized = check_score_options(k_reg, lam, randomized, fn)
+    generator = check_seed(generator, seed, fn)
     p = scoring_probs(probs, fn)
     u = draw_uniforms(p.shape[0], generator, p.device) if randomized else None
     return aps_kernel(p, u, k_reg=k_reg, lam=lam)

@@ -42,6 +42,7 @@ from typing import Any
 
 import torch
 
+from bensemble._seeds import DEFAULT_SEED, derived_seed, integer_seed
 from bensemble._validation import as_labels, check_option, check_probability
 from bensemble.conformal._quantiles import (
     class_conditional_quantiles,
@@ -128,12 +129,24 @@ class SplitConformalClassifier:
         randomized: APS / RAPS - use the randomised score (exact rather than conservative
             coverage; sets may then be empty). ``False``: the non-randomised score, whose sets
             always hold the top label (never empty). Ignored by LAC.
-        generator: source of the APS / RAPS uniforms (one per sample, at calibration and at
-            prediction). Fix it for reproducible sets.
-        seed: shorthand for ``generator=torch.Generator().manual_seed(seed)`` (an integer in
-            ``[0, 2**64)``; at most one of ``generator`` and ``seed``).
+        generator: draws the predictor's seed once, at construction (its state advances).
+        seed: seed of the APS / RAPS uniforms (an integer in ``[0, 2**64)``; default 0);
+            ``None``: a seed drawn once from torch's global random state. At most one of
+            ``generator`` and ``seed``.
+
+    Randomised sets are reproducible: the uniform of calibration row ``i`` is the ``i``-th draw
+    of a generator seeded with ``seed_``, and the uniform of row ``i`` of every
+    :meth:`predict_set` call the ``i``-th draw of a generator seeded with a seed derived from
+    ``seed_`` (an independent stream), re-seeded for each call. So one predictor gives the same
+    sets for the same inputs however often it is asked, and a row's set depends on the row's
+    position in the batch, never on earlier calls. The coverage guarantee is unchanged: each
+    test uniform is ``U(0, 1)`` and independent of the data and of the calibration uniforms,
+    which is all the rank argument needs (test rows sharing a position across calls share their
+    uniform, which affects no single row's coverage).
 
     Attributes:
+        seed_: the integer seed of the uniforms (``seed``, or the one drawn from ``generator``
+            or from torch's global random state).
         threshold_: the calibrated threshold, a float (``inf`` when ``k > n``), or a float64
             tensor ``[K]`` when ``class_conditional``.
         n_calibration_: number of calibration examples.
@@ -160,7 +173,7 @@ class SplitConformalClassifier:
         lam: float = 0.01,
         randomized: bool = True,
         generator: torch.Generator | None = None,
-        seed: int | None = None,
+        seed: int | None = DEFAULT_SEED,
     ) -> None:
         fn = "SplitConformalClassifier"
         self.score = check_option(score, "score", SCORES, fn)
@@ -170,16 +183,20 @@ class SplitConformalClassifier:
                 f"{fn}: `class_conditional` must be True or False (got {class_conditional!r})"
             )
         self.class_conditional = class_conditional
-        self.k_reg, self.lam, self.randomized, self.generator = check_score_options(
-            k_reg, lam, randomized, generator, fn, seed
-        )
-        self.seed = None if seed is None else int(seed)
+        self.k_reg, self.lam, self.randomized = check_score_options(k_reg, lam, randomized, fn)
+        self.seed_ = integer_seed(generator, seed, fn)
+        self.seed = self.seed_  # bensemble 0.3 name
 
     # ------------------------------------------------------------------ scores
-    def _uniforms(self, n: int, device: torch.device) -> torch.Tensor | None:
+    def _uniforms(
+        self, n: int, device: torch.device, stage: str = "predict"
+    ) -> torch.Tensor | None:
+        """Uniforms of ``n`` rows: a generator re-seeded for every call, one stream for
+        ``"calibrate"`` (seeded with ``seed_``) and one for ``"predict"`` (a derived seed)."""
         if self.score == "lac" or not self.randomized:
             return None
-        return draw_uniforms(n, self.generator, device)
+        seed = self.seed_ if stage == "calibrate" else derived_seed(self.seed_, stage)
+        return draw_uniforms(n, torch.Generator().manual_seed(seed), device)
 
     def _scores(self, p: torch.Tensor, u: torch.Tensor | None) -> torch.Tensor:
         """Scores of every label for a chunk ``p [n, K]`` (float64)."""
@@ -192,7 +209,7 @@ class SplitConformalClassifier:
         """Score of each example's true label ``[n]`` (float64)."""
         if self.score == "lac":
             return 1.0 - p.gather(1, y.unsqueeze(1)).squeeze(1).to(torch.float64)
-        u = self._uniforms(p.shape[0], p.device)
+        u = self._uniforms(p.shape[0], p.device, "calibrate")
         step = chunk_size(p.shape[1])
         parts = []
         for start in range(0, p.shape[0], step):
@@ -263,7 +280,7 @@ class SplitConformalClassifier:
             threshold = threshold.to(p.device)
         if self.score == "lac":  # same sets as the float64 scores, compared in p's dtype
             return p >= lac_cutoff(threshold, p.dtype, p.device)
-        u = self._uniforms(p.shape[0], p.device)
+        u = self._uniforms(p.shape[0], p.device, "predict")
         step = chunk_size(p.shape[1])
         mask = torch.empty(p.shape, dtype=torch.bool, device=p.device)
         for start in range(0, p.shape[0], step):
@@ -289,8 +306,8 @@ class SplitConformalClassifier:
             extra = f", randomized={self.randomized}"
             if self.score == "raps":
                 extra += f", k_reg={self.k_reg}, lam={self.lam}"
-            if self.randomized and self.seed is not None:
-                extra += f", seed={self.seed}"
+            if self.randomized:
+                extra += f", seed={self.seed_}"
         return (
             f"SplitConformalClassifier(score={self.score!r}, alpha={self.alpha}, "
             f"class_conditional={self.class_conditional}{extra})"

@@ -11,6 +11,14 @@
 * a mapping (e.g. ``{"input_ids": ..., "attention_mask": ...}``), alone or as the batches of
   an iterable: given to the members as it is (no labels, no row check).
 
+Batches of another shape are read with a :class:`BatchSpec` (the ``input_key=``, ``label_key=``
+and ``batch_fn=`` options of ``Ensemble.predict_*``): ``input_key`` / ``label_key`` name the
+entries of dict batches (``{"image": x, "label": y}``: ``input_key="image",
+label_key="label"``) or the positions in tuple batches (``(y, x)``: ``input_key=1,
+label_key=0``); ``batch_fn(batch)`` returns ``x`` or ``(x, y)`` for anything else. Nothing is
+guessed from key names: a dict batch without ``input_key`` goes to the members whole, and a
+member that cannot take it gets an error naming ``input_key``.
+
 Every batch is converted to the members' dtype and device (floating inputs only: integer
 inputs such as token ids keep their dtype). Batches are consumed one at a time, so memory holds
 one input batch and the per-batch results.
@@ -19,7 +27,8 @@ one input batch and the per-batch results.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,7 +37,7 @@ from torch import nn
 
 from bensemble._validation import check_positive_int, to_tensor
 
-__all__ = ["member_input_spec", "iter_batches", "to_member_input"]
+__all__ = ["BatchSpec", "member_input_spec", "iter_batches", "to_member_input"]
 
 _ARRAY_TYPES = (torch.Tensor, np.ndarray)
 
@@ -94,6 +103,84 @@ def _split_batch(batch: Any) -> tuple[Any, Any]:
     return batch, None
 
 
+def _check_key(value: Any, name: str, fn: str) -> Any:
+    if value is None or (isinstance(value, (str, int)) and not isinstance(value, bool)):
+        return value
+    raise ValueError(
+        f"{fn}: `{name}` must be a dict key (str), a tuple position (int) or None "
+        f"(got {type(value).__name__})"
+    )
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """How to read ``(x, y)`` out of one batch (module docstring); the default reads tensors,
+    ``(x, y, ...)`` tuples and whole mappings."""
+
+    input_key: str | int | None = None
+    label_key: str | int | None = None
+    batch_fn: Callable[[Any], Any] | None = None
+
+    @classmethod
+    def checked(cls, input_key: Any, label_key: Any, batch_fn: Any, fn: str) -> BatchSpec:
+        """The options of ``fn``, validated (``batch_fn`` excludes the keys)."""
+        if batch_fn is not None and not callable(batch_fn):
+            raise ValueError(f"{fn}: `batch_fn` must be callable (got {type(batch_fn).__name__})")
+        if batch_fn is not None and (input_key is not None or label_key is not None):
+            raise ValueError(
+                f"{fn}: `batch_fn` must be given without `input_key` / `label_key` (it returns "
+                "x or (x, y) itself) (got both)"
+            )
+        return cls(
+            _check_key(input_key, "input_key", fn), _check_key(label_key, "label_key", fn), batch_fn
+        )
+
+    @property
+    def plain(self) -> bool:
+        """No option given: the default reading."""
+        return self.input_key is None and self.label_key is None and self.batch_fn is None
+
+    def split(self, batch: Any, fn: str, index: int) -> tuple[Any, Any]:
+        """``(x, y or None)`` of batch number ``index``."""
+        if self.batch_fn is not None:
+            out = self.batch_fn(batch)
+            if isinstance(out, tuple) and len(out) == 2:
+                return out
+            return out, None
+        if self.plain:
+            return _split_batch(batch)
+        x, y = _split_batch(batch) if not isinstance(batch, Mapping) else (batch, None)
+        if self.input_key is not None:
+            x = self._entry(batch, self.input_key, "input_key", fn, index)
+        if self.label_key is not None:
+            y = self._entry(batch, self.label_key, "label_key", fn, index)
+        return x, y
+
+    @staticmethod
+    def _entry(batch: Any, key: Any, name: str, fn: str, index: int) -> Any:
+        if isinstance(batch, Mapping):
+            if key in batch:
+                return batch[key]
+            found = ", ".join(repr(k) for k in batch)
+            raise ValueError(
+                f"{fn}: `{name}` must name an entry of the batches (got {key!r}; batch {index} "
+                f"has {found})"
+            )
+        if isinstance(batch, (tuple, list)) and isinstance(key, int):
+            if -len(batch) <= key < len(batch):
+                return batch[key]
+            raise ValueError(
+                f"{fn}: `{name}` must be a position in the batches (got {key}; batch {index} "
+                f"has {len(batch)} items)"
+            )
+        what = "a str key" if isinstance(key, str) else "an int position"
+        raise ValueError(
+            f"{fn}: `{name}` must fit the batches: {what} needs "
+            f"{'dict' if isinstance(key, str) else 'tuple'} batches (got a "
+            f"{type(batch).__name__} batch {index})"
+        )
+
+
 def iter_batches(
     x: Any,
     fn: str,
@@ -101,17 +188,25 @@ def iter_batches(
     batch_size: Any = None,
     progress: bool = False,
     name: str = "x",
+    spec: BatchSpec | None = None,
 ) -> Iterator[tuple[Any, Any]]:
-    """Yield ``(x_batch, y_batch or None)`` from one array or an iterable of batches."""
+    """Yield ``(x_batch, y_batch or None)`` from one array or an iterable of batches, each
+    batch read by ``spec`` (default: :class:`BatchSpec` ``()``)."""
+    spec = BatchSpec() if spec is None else spec
     if batch_size is not None:
         batch_size = check_positive_int(batch_size, "batch_size", fn)
     if isinstance(x, Mapping):
-        yield x, None  # structured input: one batch, the members' business
+        yield spec.split(x, fn, 0)  # structured input: one batch
         return
     if isinstance(x, (str, bytes)) or not (_is_array(x) or isinstance(x, Iterable)):
         raise ValueError(
             f"{fn}: `{name}` must be a tensor, a numpy array or an iterable of batches such as a "
             f"DataLoader (got {type(x).__name__})"
+        )
+    if _is_array(x) and not spec.plain and spec.batch_fn is None:
+        raise ValueError(
+            f"{fn}: `input_key` / `label_key` read dict or tuple batches of a loader (got one "
+            f"{type(x).__name__} as `{name}`)"
         )
     if _is_array(x):
         data = x if isinstance(x, torch.Tensor) else to_tensor(x, name, fn)
@@ -135,7 +230,7 @@ def iter_batches(
         batches = progress_bar(batches, total=total, desc=fn, leave=False)
     count = 0
     for batch in batches:
-        xb, yb = _split_batch(batch)
+        xb, yb = spec.split(batch, fn, count)
         count += 1
         yield xb, yb
     if count == 0:

@@ -17,8 +17,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from bensemble._validation import MIN_MEMBER_BYTES, check_count, check_option, to_tensor
-from bensemble.core._inputs import iter_batches, to_member_input
+from bensemble._seeds import DEFAULT_SEED
+from bensemble._validation import MIN_MEMBER_BYTES, check_count, check_option
+from bensemble.core._predict import stream_predictions
 from bensemble.core.member import ExplicitMembers, MemberAdapter, StochasticMembers
 from bensemble.core.packed import PACKED_OPTIONS, PackedMembers, packable
 from bensemble.core.sklearn_members import SklearnMembers
@@ -89,50 +90,22 @@ class Ensemble(nn.Module):
 
     # ------------------------------------------------------------------ predictions
     def _stream(
-        self,
-        x: Any,
-        fn: str,
-        reduce: Callable[[torch.Tensor], torch.Tensor] | None,
-        *,
-        batch_size: Any,
-        progress: bool,
-        labels: bool = False,
+        self, x: Any, fn: str, reduce: Any, *, batch_size: Any, progress: bool, **options: Any
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Predict every batch of ``x``; ``reduce`` maps ``[M, B, *]`` to ``[B, *]`` per batch."""
-        dtype, device = self.members.input_spec()
-        if isinstance(x, torch.Tensor) and batch_size is None and not labels:
-            if x.numel() == 0:
-                raise ValueError(f"{fn}: `x` must not be empty (got shape {tuple(x.shape)})")
-            preds = self.members.predict_all(to_member_input(x, dtype, device, "x", fn))
-            return (preds if reduce is None else reduce(preds)), None  # one tensor: no batching
-        outs: list[torch.Tensor] = []
-        ys: list[torch.Tensor] = []
-        batches = iter_batches(
-            x, fn, batch_size=batch_size, progress=progress, name="data" if labels else "x"
+        """Predict every batch of ``x`` (:func:`~bensemble.core._predict.stream_predictions`)."""
+        return stream_predictions(
+            self.members, x, fn, reduce, batch_size=batch_size, progress=progress, **options
         )
-        for i, (xb, yb) in enumerate(batches):
-            preds = self.members.predict_all(to_member_input(xb, dtype, device, "x", fn))
-            outs.append(preds if reduce is None else reduce(preds))
-            if labels:
-                if yb is None:
-                    raise ValueError(
-                        f"{fn}: `data` must yield (x, y) batches with labels (got batch {i} "
-                        "without labels)"
-                    )
-                y = to_tensor(yb, "y", fn).reshape(-1).cpu()
-                rows = preds.shape[1] if preds.ndim > 1 else 1
-                if len(y) != rows:
-                    raise ValueError(
-                        f"{fn}: `data` must yield one label per row (got {len(y)} labels for "
-                        f"{rows} rows in batch {i})"
-                    )
-                ys.append(y)
-        dim = 1 if reduce is None else 0
-        out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=dim)
-        return out, (torch.cat(ys) if labels else None)
 
     def predict_members(
-        self, x: Any, *, batch_size: int | None = None, progress: bool = False
+        self,
+        x: Any,
+        *,
+        batch_size: int | None = None,
+        progress: bool = False,
+        input_key: str | int | None = None,
+        label_key: str | int | None = None,
+        batch_fn: Callable[[Any], Any] | None = None,
     ) -> MemberPredictions:
         """Raw member outputs ``[M, N, *]`` (logits for networks, probabilities for trees).
 
@@ -143,9 +116,15 @@ class Ensemble(nn.Module):
             batch_size: predict an array input in slices of this many rows (bounded memory);
                 the result does not depend on it (member ``m`` is one fixed function).
             progress: show a tqdm bar over batches (hidden when the output is not a terminal).
+            input_key, label_key: the entries of dict batches (``{"image": x, "label": y}``:
+                ``input_key="image", label_key="label"``) or positions in tuple batches that
+                hold the input and the labels (default: a dict goes to the members whole, a
+                tuple is ``(x, y, ...)``).
+            batch_fn: ``batch_fn(batch)`` returns ``x`` or ``(x, y)``: any other batch layout.
         """
         fn = "Ensemble.predict_members"
-        return self._stream(x, fn, None, batch_size=batch_size, progress=progress)[0]
+        keys = (input_key, label_key, batch_fn)
+        return self._stream(x, fn, None, batch_size=batch_size, progress=progress, keys=keys)[0]
 
     def _member_probs(self, preds: torch.Tensor) -> torch.Tensor:
         return preds.softmax(dim=-1) if self.members.output_kind == "logits" else preds
@@ -154,28 +133,46 @@ class Ensemble(nn.Module):
         return preds.log_softmax(dim=-1) if self.members.output_kind == "logits" else preds.log()
 
     def predict_member_probs(
-        self, x: Any, *, batch_size: int | None = None, progress: bool = False
+        self,
+        x: Any,
+        *,
+        batch_size: int | None = None,
+        progress: bool = False,
+        input_key: str | int | None = None,
+        label_key: str | int | None = None,
+        batch_fn: Callable[[Any], Any] | None = None,
     ) -> torch.Tensor:
         """Member probabilities ``[M, N, K]``: softmax of logits; probabilities as they are.
 
-        ``x``, ``batch_size`` and ``progress`` as in :meth:`predict_members`.
+        The arguments are those of :meth:`predict_members`.
         """
         fn = "Ensemble.predict_member_probs"
-        preds = self._stream(x, fn, None, batch_size=batch_size, progress=progress)[0]
+        keys = (input_key, label_key, batch_fn)
+        preds = self._stream(x, fn, None, batch_size=batch_size, progress=progress, keys=keys)[0]
         return self._member_probs(preds)
 
     def predict_with_labels(
-        self, data: Any, *, batch_size: int | None = None, progress: bool = False
+        self,
+        data: Any,
+        *,
+        batch_size: int | None = None,
+        progress: bool = False,
+        input_key: str | int | None = None,
+        label_key: str | int | None = None,
+        batch_fn: Callable[[Any], Any] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Member probabilities ``[M, N, K]`` and the labels ``[N]``, gathered in one pass.
 
-        ``data`` yields ``(x, y, ...)`` batches (a ``DataLoader`` over a labelled dataset); the
-        labels are concatenated in the order the predictions were made, so a shuffling loader
-        cannot misalign them. Labels come back on the CPU with the dtype the loader gave.
+        ``data`` yields ``(x, y, ...)`` batches (a ``DataLoader`` over a labelled dataset), or
+        dict / other batches read with ``input_key`` / ``label_key`` / ``batch_fn`` (see
+        :meth:`predict_members`); the labels are concatenated in the order the predictions were
+        made, so a shuffling loader cannot misalign them. Labels come back on the CPU with the
+        dtype the loader gave.
         """
         fn = "Ensemble.predict_with_labels"
+        keys = (input_key, label_key, batch_fn)
         preds, labels = self._stream(
-            data, fn, None, batch_size=batch_size, progress=progress, labels=True
+            data, fn, None, batch_size=batch_size, progress=progress, labels=True, keys=keys
         )
         return self._member_probs(preds), labels
 
@@ -185,25 +182,41 @@ class Ensemble(nn.Module):
         return self._stream(x, "Ensemble.forward", combine, batch_size=None, progress=False)[0]
 
     def predict_proba(
-        self, x: Any, *, batch_size: int | None = None, progress: bool = False
+        self,
+        x: Any,
+        *,
+        batch_size: int | None = None,
+        progress: bool = False,
+        input_key: str | int | None = None,
+        label_key: str | int | None = None,
+        batch_fn: Callable[[Any], Any] | None = None,
     ) -> torch.Tensor:
         """The Bayesian model average ``[N, K]``: the mean over members of their probabilities.
 
-        ``p(y | x) = (1/M) sum_m p_m(y | x)``; not the softmax of the mean logits. ``x``,
-        ``batch_size`` and ``progress`` as in :meth:`predict_members`; member predictions are
-        averaged batch by batch, so memory holds ``[N, K]``, not ``[M, N, K]``.
+        ``p(y | x) = (1/M) sum_m p_m(y | x)``; not the softmax of the mean logits. The arguments
+        are those of :meth:`predict_members`; member predictions are averaged batch by batch,
+        so memory holds ``[N, K]``, not ``[M, N, K]``.
         """
         fn = "Ensemble.predict_proba"
 
         def reduce(preds: torch.Tensor) -> torch.Tensor:
             return self._member_probs(preds).mean(dim=0)
 
-        return self._stream(x, fn, reduce, batch_size=batch_size, progress=progress)[0]
+        keys = (input_key, label_key, batch_fn)
+        return self._stream(x, fn, reduce, batch_size=batch_size, progress=progress, keys=keys)[0]
 
     def predict_log_proba(
-        self, x: Any, *, batch_size: int | None = None, progress: bool = False
+        self,
+        x: Any,
+        *,
+        batch_size: int | None = None,
+        progress: bool = False,
+        input_key: str | int | None = None,
+        label_key: str | int | None = None,
+        batch_fn: Callable[[Any], Any] | None = None,
     ) -> torch.Tensor:
-        """``log p(y | x)`` ``[N, K]`` of the model average, computed stably.
+        """``log p(y | x)`` ``[N, K]`` of the model average, computed stably (the arguments are
+        those of :meth:`predict_members`).
 
         ``log((1/M) sum_m p_m) = logsumexp_m(log p_m) - log M`` from member log-probabilities
         (``log_softmax`` of logits), so it is finite wherever some member gives the class a
@@ -220,7 +233,8 @@ class Ensemble(nn.Module):
         def reduce(preds: torch.Tensor) -> torch.Tensor:
             return torch.logsumexp(self._member_log_probs(preds), dim=0) - log_m
 
-        return self._stream(x, fn, reduce, batch_size=batch_size, progress=progress)[0]
+        keys = (input_key, label_key, batch_fn)
+        return self._stream(x, fn, reduce, batch_size=batch_size, progress=progress, keys=keys)[0]
 
     def sample_masks(self) -> contextlib.AbstractContextManager:
         """bensemble 0.2 compatibility: a context in which the members stay the same.
@@ -231,12 +245,14 @@ class Ensemble(nn.Module):
         return self.members.sample_masks()
 
     def resample(
-        self, generator: torch.Generator | None = None, *, seed: int | None = None
+        self, generator: torch.Generator | None = None, *, seed: int | None = DEFAULT_SEED
     ) -> Ensemble:
         """Draw ``M`` new hypotheses for a stochastic ensemble (MC dropout, DropConnect, ...).
 
         Until this is called, member ``m`` is the same function on every call. Returns ``self``.
         Explicit members (networks, trees, posterior draws) are fixed: build a new ensemble.
+        ``generator`` / ``seed`` as in :meth:`~bensemble.core.member.StochasticMembers.resample`
+        (by default the stream the construction started continues).
         """
         resample = getattr(self.members, "resample", None)
         if resample is None:
@@ -297,13 +313,14 @@ class Ensemble(nn.Module):
         mask: str = "per_pass",
         generator: torch.Generator | None = None,
         *,
-        seed: int | None = None,
+        seed: int | None = DEFAULT_SEED,
         **kwargs: Any,
     ) -> Ensemble:
         """An implicit ensemble of ``num_samples`` fixed hypotheses of one random network.
 
         Member ``m`` is one mask / weight draw, derived from a per-member seed drawn here from
-        ``generator`` or ``seed`` (else torch's global state): the same function of ``x`` on
+        ``generator``, else from ``seed`` (default 0: identical calls build identical members;
+        ``seed=None``: torch's global random state): the same function of ``x`` on
         every call, however the data is batched, until :meth:`resample`. See
         :class:`~bensemble.core.member.StochasticMembers` for ``mode`` (``"auto"`` is resolved:
         ``ensemble.members.mode`` says what was found), ``mask`` (``"per_sample"``: per-row

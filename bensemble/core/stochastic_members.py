@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from bensemble._seeds import DEFAULT_SEED, is_default_seed
 from bensemble._validation import (
     check_allocation,
     check_count,
@@ -54,14 +55,13 @@ class StochasticMembers(SeededMembers):
     """One network whose fixed random draws are the members (MC dropout, DropConnect, ...).
 
     **Members are fixed hypotheses.** At construction ``num_samples`` per-member seeds are drawn
-    from ``generator`` / ``seed`` (else torch's global random state). Member ``m`` draws all its
-    noise (dropout masks, DropConnect masks, Bayesian weight samples) from a generator seeded with
-    seed ``m`` on every call, with shapes that do not involve the batch axis, so member ``m`` is
-    the same function of ``x`` on every call, whatever the batch size or a row's position, until
-    :meth:`resample`. Outputs of a batched and a one-shot prediction agree up to the float
-    rounding that batch size alone causes in torch's matrix products. A dropout mask has the
-    shape of one row (``[1, *features]``): inputs whose non-batch shape changes between batches
-    (sequences padded to different lengths) get masks of each shape, so pad to one length.
+    from ``generator``, else from ``seed`` (default 0: ensembles built alike have the same
+    members), else (``seed=None``) from torch's global random state. Member ``m`` draws all its
+    noise (dropout and DropConnect masks, Bayesian weight samples) from its own seed on every
+    call, with shapes free of the batch axis: the same function of ``x`` whatever the batch size
+    or a row's position, until :meth:`resample` (batched and one-shot outputs agree up to the
+    rounding batch size causes in matrix products). A dropout mask has the shape of one row
+    (``[1, *features]``): pad inputs whose non-batch shape varies to one length.
 
     Sampling puts every module in eval mode (batch norm uses its running statistics, which never
     change), switches on only the selected stochastic modules, runs ``num_samples`` passes and
@@ -93,8 +93,9 @@ class StochasticMembers(SeededMembers):
     ``mask="per_sample"`` is torch's usual dropout, an independent mask per row: an explicit
     opt-in that is **not** coherent (a row's noise depends on the batch it is in, so member ``m``
     is not one function and batched predictions mix hypotheses; epistemic metrics of such members
-    are not meaningful). Without a ``generator`` / ``seed`` it uses torch's own kernel and global
-    random state (fresh noise on every call). Stochastic layers always use one weight draw per
+    are not meaningful). With ``seed=None`` and no ``generator`` it uses torch's own kernel and
+    global random state (fresh noise on every call); otherwise the per-row masks are drawn from
+    the members' seeds (reproducible). Stochastic layers always use one weight draw per
     member.
 
     Speed: for an ``nn.Sequential`` model the deterministic prefix (every layer before the first
@@ -109,8 +110,8 @@ class StochasticMembers(SeededMembers):
         num_samples: number of members ``M``.
         mode: which stochastic kinds to switch on (see above).
         mask: ``"per_pass"`` or ``"per_sample"`` dropout masks.
-        generator: source of the per-member seeds (``None``: torch's global random state).
-        seed: alternative to ``generator``.
+        generator: source of the per-member seeds (a stream :meth:`resample` continues).
+        seed: their seed without ``generator`` (default 0; ``None``: torch's global state).
         output_kind: ``"logits"`` or ``"probs"``.
         trunk: deterministic first part of the model (given together with ``head``).
         head: the rest of the model, containing every stochastic module.
@@ -130,7 +131,7 @@ class StochasticMembers(SeededMembers):
         mask: str = "per_pass",
         generator: torch.Generator | None = None,
         *,
-        seed: int | None = None,
+        seed: int | None = DEFAULT_SEED,
         output_kind: str = "logits",
         trunk: nn.Module | None = None,
         head: nn.Module | None = None,
@@ -184,7 +185,7 @@ class StochasticMembers(SeededMembers):
                     f"(got 'repeat' with {unsupported})"
                 )
         self._check_active(fn)
-        # per_sample without a generator is torch's own dropout: fresh noise on every call
+        # per_sample with seed=None is torch's own dropout: fresh noise on every call
         self._fresh = self.mask == "per_sample" and self.generator is None
         self._seeds = None if self._fresh else draw_seeds(self.num_samples, self.generator)
 
@@ -258,20 +259,27 @@ class StochasticMembers(SeededMembers):
         return list(self._seeds or [])
 
     def resample(
-        self, generator: torch.Generator | None = None, *, seed: int | None = None
+        self, generator: torch.Generator | None = None, *, seed: int | None = DEFAULT_SEED
     ) -> StochasticMembers:
         """Draw ``M`` new members (new per-member seeds); returns ``self``.
 
         Args:
-            generator: source of the new seeds (default: the construction ``generator``, whose
-                state has moved on, else torch's global random state).
-            seed: alternative to ``generator``; the same seed gives the same members.
+            generator: source of the new seeds.
+            seed: the same seed gives the same members; ``None``: torch's global random state.
+                Left at its default (with no ``generator``), the new seeds continue the stream
+                the construction started (its ``generator``, or the one its ``seed`` seeded):
+                each call gives new members, and a program making the same calls gets the same
+                ones.
         """
-        gen = check_generator(generator, seed, "StochasticMembers.resample")
+        fn = "StochasticMembers.resample"
+        if generator is None and is_default_seed(seed):
+            gen = self.generator
+        else:
+            gen = check_generator(generator, seed, fn)
         if gen is not None and self._fresh:
             self.generator, self._fresh = gen, False  # reproducible per-row masks from now on
         if not self._fresh:
-            self._seeds = draw_seeds(self.num_samples, gen if gen is not None else self.generator)
+            self._seeds = draw_seeds(self.num_samples, gen)
         return self
 
     @contextlib.contextmanager

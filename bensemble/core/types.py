@@ -57,7 +57,8 @@ class MemberSource(Protocol):
     """A method that yields member probabilities for given inputs.
 
     ``sample_members(x, n, generator=None)`` returns ``[n, N, K]`` probabilities (members, rows of
-    ``x``, classes); with the same seeded ``generator`` it returns the same members.
+    ``x``, classes); without a ``generator`` identical calls return the same members (the
+    library's seeding rule, :mod:`bensemble._seeds`), with one they are drawn from it.
     """
 
     def sample_members(

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from bensemble._seeds import DEFAULT_SEED, resolve_generator
 from bensemble._validation import (
     as_float_tensor,
     check_count,
@@ -63,12 +64,11 @@ class ToyData:
         return int(self.x.shape[0])
 
 
-def _generator(generator: torch.Generator | None, seed: int | None) -> torch.Generator | None:
-    if generator is not None and seed is not None:
-        raise ValueError("toy data: pass either `generator` or `seed`, not both")
-    if seed is not None:
-        return torch.Generator().manual_seed(int(seed))
-    return generator
+def _generator(
+    generator: torch.Generator | None, seed: int | None, fn: str
+) -> torch.Generator | None:
+    """The random source under the library's rule (:mod:`bensemble._seeds`)."""
+    return resolve_generator(generator, seed, fn)
 
 
 def toy_posterior(x) -> torch.Tensor:
@@ -80,11 +80,15 @@ def toy_posterior(x) -> torch.Tensor:
 
 
 def make_toy_gaussians(
-    n: int, *, generator: torch.Generator | None = None, seed: int | None = None
+    n: int, *, generator: torch.Generator | None = None, seed: int | None = DEFAULT_SEED
 ) -> ToyData:
-    """Draw ``n`` labelled points: ``y ~ Bernoulli(1/2)``, then ``x | y`` from its Gaussian."""
+    """Draw ``n`` labelled points: ``y ~ Bernoulli(1/2)``, then ``x | y`` from its Gaussian.
+
+    ``seed`` (default 0: identical calls give the same points) or a ``generator`` (its state
+    advances) is the source; ``seed=None`` uses torch's global random state.
+    """
     n = check_count(n, "n", "make_toy_gaussians", per_count=4, itemsize=8)  # x [n, 2], y, eta
-    g = _generator(generator, seed)
+    g = _generator(generator, seed, "make_toy_gaussians")
     y = torch.randint(0, 2, (n,), generator=g)
     means = torch.where(
         y[:, None] == 1,
@@ -102,12 +106,12 @@ def make_toy_grid(
     low: float = -8.0,
     high: float = 8.0,
     generator: torch.Generator | None = None,
-    seed: int | None = None,
+    seed: int | None = DEFAULT_SEED,
 ) -> ToyData:
     """A regular ``n_per_axis x n_per_axis`` grid on ``[low, high]^2`` with ``y ~ Bernoulli(eta)``.
 
     Points are ordered row-major with ``x1`` varying fastest, so ``values.reshape(n, n)`` is an
-    image whose rows follow ``x2``.
+    image whose rows follow ``x2``. ``seed`` / ``generator`` as in :func:`make_toy_gaussians`.
     """
     n = check_positive_int(n_per_axis, "n_per_axis", "make_toy_grid", minimum=2)
     per_point = 6 * 8  # x [n^2, 2], y, eta, the meshgrid and its flattening in float64
@@ -119,7 +123,7 @@ def make_toy_grid(
         )
     if not low < high:
         raise ValueError(f"make_toy_grid: `low` must be < `high` (got {low} and {high})")
-    g = _generator(generator, seed)
+    g = _generator(generator, seed, "make_toy_grid")
     axis = torch.linspace(low, high, n, dtype=torch.float64)
     x2, x1 = torch.meshgrid(axis, axis, indexing="ij")
     x = torch.stack([x1.reshape(-1), x2.reshape(-1)], dim=1)
@@ -135,15 +139,16 @@ def corrupt_inputs(
     low: float = -8.0,
     high: float = 8.0,
     generator: torch.Generator | None = None,
-    seed: int | None = None,
+    seed: int | None = DEFAULT_SEED,
 ) -> torch.Tensor:
     """Replace each input row, with probability ``rho``, by a uniform draw on ``[low, high]^2``.
 
     Labels are kept, so corrupted rows become label noise in input space (the paper's noise sweep).
+    ``seed`` / ``generator`` as in :func:`make_toy_gaussians`.
     """
     x = as_float_tensor(x, "x", "corrupt_inputs", ndim=2)
     rho = check_probability(rho, "rho", "corrupt_inputs", open_interval=False)
-    g = _generator(generator, seed)
+    g = _generator(generator, seed, "corrupt_inputs")
     replace = torch.rand(x.shape[0], generator=g, dtype=torch.float64) < rho
     uniform = low + (high - low) * torch.rand(x.shape, generator=g, dtype=torch.float64)
     return torch.where(replace[:, None], uniform, x)

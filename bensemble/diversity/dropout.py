@@ -37,8 +37,10 @@ class MCDropoutEnsembler:
             num_samples: number of members (forward passes).
             mask: ``"per_pass"`` (one mask per pass, shared by the batch: each member is one
                 coherent function) or ``"per_sample"`` (torch's per-row masks).
-            generator: ``torch.Generator`` for reproducible members (``None``: global state).
-            **kwargs: further options of :class:`~bensemble.core.member.StochasticMembers`.
+            generator: ``torch.Generator`` that draws the members (its state advances).
+            **kwargs: further options of :class:`~bensemble.core.member.StochasticMembers`,
+                e.g. ``seed`` (default 0: identical calls give identical members; ``None``:
+                torch's global random state).
         """
         return Ensemble.from_stochastic(
             self.model,

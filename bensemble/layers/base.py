@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bensemble._seeds import DEFAULT_SEED, check_generator
 from bensemble._validation import check_allocation, check_positive, check_probability
 
 __all__ = ["StochasticLayer", "BaseBayesianLayer", "bernoulli_mask"]
@@ -50,6 +51,7 @@ def bernoulli_mask(
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
     generator: torch.Generator | None = None,
+    seed: int | None = DEFAULT_SEED,
 ) -> torch.Tensor:
     """A 0/1 mask with ``P(1) = keep_prob``, drawn from ``generator`` when one is given.
 
@@ -63,7 +65,9 @@ def bernoulli_mask(
         keep_prob: probability of a one.
         device: device of the returned mask (default: the generator's device, else the CPU).
         dtype: floating dtype of the returned mask.
-        generator: source of randomness; ``None`` uses torch's global random state.
+        generator: source of randomness (its state advances: calls differ).
+        seed: seed of the mask when no ``generator`` is given (default 0: identical calls give
+            the same mask); ``None``: torch's global random state.
 
     Returns:
         Tensor of ``shape`` holding 0.0 and 1.0.
@@ -81,6 +85,7 @@ def bernoulli_mask(
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"{fn}: `dtype` must be a floating torch.dtype (got {dtype!r})")
     check_allocation(fn, "shape", math.prod(dims), itemsize=4 + dtype.itemsize)
+    generator = check_generator(generator, seed, fn)
     return draw_mask(dims, keep_prob, device=device, dtype=dtype, generator=generator)
 
 

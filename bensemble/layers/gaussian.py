@@ -9,6 +9,10 @@ implements one operation, :meth:`MeanFieldGaussianLayer._weight_op` (``F.linear`
   shared by every row, so a pass is one coherent network (reproducible given the generator);
 * plain train mode: the local reparameterisation trick (Kingma et al., 2015),
   ``mean + eps * sqrt(_weight_op(x^2, sigma_w^2, sigma_b^2))`` with independent ``eps`` per output.
+  Training noise, like ``nn.Dropout``'s, comes from torch's global random state (seed it with
+  ``torch.manual_seed``): a fixed seed per forward pass would repeat the same noise at every
+  step. Draws made for prediction (:meth:`MeanFieldGaussianLayer.sample_weights`, ensembles)
+  follow the library's rule: seeded, default seed 0.
 
 Pruning (Graves 2011): :meth:`MeanFieldGaussianLayer.apply_pruning` removes the weights whose
 signal-to-noise ratio ``|mu| / sigma`` is at most a threshold. A removed weight is exactly 0 in
@@ -28,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bensemble._seeds import DEFAULT_SEED, check_generator
 from bensemble.layers.base import BaseBayesianLayer
 
 __all__ = ["MeanFieldGaussianLayer", "gaussian_noise", "inverse_softplus"]
@@ -179,9 +184,16 @@ class MeanFieldGaussianLayer(BaseBayesianLayer):
         return pruned / total if total else 0.0
 
     def sample_weights(
-        self, generator: torch.Generator | None = None
+        self, generator: torch.Generator | None = None, *, seed: int | None = DEFAULT_SEED
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One draw ``(weight, bias)`` from the posterior (differentiable in mu and rho)."""
+        """One draw ``(weight, bias)`` from the posterior (differentiable in mu and rho).
+
+        Args:
+            generator: source of the noise (its state advances: calls differ).
+            seed: seed of the noise when no ``generator`` is given (default 0: identical calls
+                give the same draw); ``None``: torch's global random state.
+        """
+        generator = check_generator(generator, seed, f"{type(self).__name__}.sample_weights")
         w_mu, w_sigma, b_mu, b_sigma = self._moments()
         weight = w_mu + w_sigma * gaussian_noise(self.w_mu.shape, self.w_mu, generator)
         bias = b_mu + b_sigma * gaussian_noise(self.b_mu.shape, self.b_mu, generator)
@@ -192,7 +204,8 @@ class MeanFieldGaussianLayer(BaseBayesianLayer):
         if not self.sampling:
             return self._weight_op(x, w_mu, b_mu)
         if self.force_sample or self.sample_generator is not None:
-            return self._weight_op(x, *self.sample_weights(self.sample_generator))
+            # the ensemble's generator of this pass, else (fresh noise) torch's global state
+            return self._weight_op(x, *self.sample_weights(self.sample_generator, seed=None))
         mean = self._weight_op(x, w_mu, b_mu)
         var = self._weight_op(x.pow(2), w_sigma.pow(2), b_sigma.pow(2))
         return mean + torch.randn_like(mean) * torch.sqrt(var + _VAR_FLOOR)

@@ -11,6 +11,7 @@ not a member variance): :class:`Centroids`, :class:`RelativeLikelihood`, :class:
 """
 
 from bensemble.methods._illustrative import IllustrativeClassifier, gaussian_members
+from bensemble.methods._parallel import MemberBackend
 from bensemble.methods._pbp_moments import PBPNet, ProbLinear, relu_moments
 from bensemble.methods.bayesian_logistic import BayesianLogisticRegression
 from bensemble.methods.centroids import Centroids
@@ -30,6 +31,7 @@ __all__ = [
     "IllustrativeClassifier",
     "LaplaceApproximation",
     "LastLayerLaplace",
+    "MemberBackend",
     "PBPEngine",
     "PBPNet",
     "ProbLinear",

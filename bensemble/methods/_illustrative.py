@@ -43,6 +43,7 @@ import torch
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
+from bensemble._seeds import DEFAULT_SEED, check_generator
 from bensemble._validation import (
     as_float_tensor,
     as_labels,
@@ -65,6 +66,7 @@ def gaussian_members(
     *,
     clip: bool = True,
     generator: torch.Generator | None = None,
+    seed: int | None = DEFAULT_SEED,
 ) -> torch.Tensor:
     """Binary members drawn as in the paper: ``phi ~ N(h(x), sqrt(EU(x)))``, clipped or not.
 
@@ -82,7 +84,10 @@ def gaussian_members(
         epistemic_uncertainty: ``EU(x)`` ``[N]``, non-negative; used as the variance.
         n: number of members to draw (``>= 1``).
         clip: clip the draws to [0, 1] (default) or keep them as drawn.
-        generator: torch random generator (on the device of the inputs) for reproducibility.
+        generator: torch random generator (its state advances: calls differ); the draws are
+            made on its device and moved to the inputs' device.
+        seed: seed of the draws when no ``generator`` is given (default 0: identical calls give
+            identical members); ``None``: torch's global random state.
 
     Returns:
         Member probabilities ``[n, N, 2]`` (float64; with ``clip=False`` possibly outside [0, 1]).
@@ -109,7 +114,10 @@ def gaussian_members(
             f"{fn}: `epistemic_uncertainty` must be >= 0 (got minimum {float(eu.min()):.4g})"
         )
     eu = eu.to(h.device)
-    z = torch.randn(n, h.shape[0], generator=generator, dtype=torch.float64, device=h.device)
+    generator = check_generator(generator, seed, fn)
+    where = h.device if generator is None else generator.device
+    z = torch.randn(n, h.shape[0], generator=generator, dtype=torch.float64, device=where)
+    z = z.to(h.device)
     phi = h + eu.sqrt() * z
     if clip:
         phi = phi.clamp_(0.0, 1.0)
@@ -230,7 +238,13 @@ class IllustrativeClassifier(BaseEstimator):
         return eu
 
     def sample_members(
-        self, X: Any, n: int, generator: torch.Generator | None = None, *, clip: bool = True
+        self,
+        X: Any,
+        n: int,
+        generator: torch.Generator | None = None,
+        *,
+        clip: bool = True,
+        seed: int | None = DEFAULT_SEED,
     ) -> torch.Tensor:
         """Members ``[n, N, 2]`` drawn as in the paper (binary tasks only).
 
@@ -241,8 +255,10 @@ class IllustrativeClassifier(BaseEstimator):
         Args:
             X: inputs ``[N, D]``.
             n: number of members (``>= 1``).
-            generator: torch random generator; a fixed seed gives identical draws.
+            generator: torch random generator (its state advances: calls differ).
             clip: clip the draws to [0, 1] (default; see the module docstring).
+            seed: seed of the draws when no ``generator`` is given (default 0: identical calls
+                give identical members); ``None``: torch's global random state.
 
         Returns:
             Member probabilities ``[n, N, 2]`` (float64).
@@ -257,4 +273,4 @@ class IllustrativeClassifier(BaseEstimator):
                 "estimators to sample members"
             )
         probs, eu = self._predict(X)
-        return gaussian_members(probs[:, 1], eu, n, clip=clip, generator=generator)
+        return gaussian_members(probs[:, 1], eu, n, clip=clip, generator=generator, seed=seed)

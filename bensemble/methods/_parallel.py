@@ -19,15 +19,66 @@ cores without oversubscribing them.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from bensemble.methods._member_training import NullBar, build_member
 
-__all__ = ["BACKENDS", "run_members"]
+__all__ = ["BACKENDS", "MemberBackend", "run_members"]
 
 BACKENDS = ("sequential", "joblib", "ray")
+
+
+@dataclass(frozen=True)
+class MemberBackend:
+    """Where :func:`~bensemble.methods.train_ensemble` trains its members: the options that
+    travel together (a plain string such as ``"joblib"`` means this object with its defaults).
+
+    Attributes:
+        name: ``"sequential"`` (this process), ``"joblib"`` (a loky process pool) or ``"ray"``
+            (one Ray task per member). Every backend returns the same members under the same
+            seeds; the parallel ones train each member with one torch thread.
+        n_jobs: parallel workers (default: the CPU count, at most ``n_members``); for Ray the
+            ``num_cpus`` of the local instance it starts (an initialised Ray is reused as is).
+        temp_dir: directory for the backend's temporary files (Ray's session directory, joblib's
+            memmapping folder); default: the backend's own default.
+
+    Example:
+        >>> MemberBackend("joblib", n_jobs=2)
+        MemberBackend(name='joblib', n_jobs=2, temp_dir=None)
+    """
+
+    name: str = "sequential"
+    n_jobs: int | None = None
+    temp_dir: str | os.PathLike | None = None
+
+    def __post_init__(self) -> None:
+        from bensemble._validation import check_option, check_positive_int
+
+        fn = "MemberBackend"
+        check_option(self.name, "name", BACKENDS, fn)
+        if self.n_jobs is not None:
+            check_positive_int(self.n_jobs, "n_jobs", fn)
+        if self.temp_dir is not None and not isinstance(self.temp_dir, (str, os.PathLike)):
+            raise ValueError(
+                f"{fn}: `temp_dir` must be a path or None (got {type(self.temp_dir).__name__})"
+            )
+
+    @classmethod
+    def of(cls, backend: str | MemberBackend, fn: str) -> MemberBackend:
+        """``backend`` as an object: a :class:`MemberBackend` as is, a name with defaults."""
+        if isinstance(backend, cls):
+            return backend
+        if not isinstance(backend, str):
+            raise ValueError(
+                f"{fn}: `backend` must be one of {BACKENDS} or a MemberBackend "
+                f"(got {type(backend).__name__})"
+            )
+        from bensemble._validation import check_option
+
+        return cls(check_option(backend, "backend", BACKENDS, fn))
 
 
 def _member_task(make_model, dataset, config, init_seed: int, order_seed: int):

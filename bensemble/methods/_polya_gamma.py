@@ -26,6 +26,7 @@ import math
 
 import torch
 
+from bensemble._seeds import DEFAULT_SEED
 from bensemble._validation import as_float_tensor, check_generator
 
 __all__ = ["sample_polya_gamma", "polya_gamma_mean", "polya_gamma_variance"]
@@ -62,13 +63,16 @@ def polya_gamma_variance(c) -> torch.Tensor:
     return torch.where(c < _SMALL_C, 1.0 / 24.0 - c**2 / 120.0, exact)
 
 
-def sample_polya_gamma(c, *, generator: torch.Generator | None = None, seed: int | None = None):
+def sample_polya_gamma(
+    c, *, generator: torch.Generator | None = None, seed: int | None = DEFAULT_SEED
+):
     """Exact draws ``omega ~ PG(1, c)``, one per entry of ``c``.
 
     Args:
         c: tilting parameters, any shape (tensor or numpy array); the law is symmetric in ``c``.
-        generator: random source (``None``: torch's global generator).
-        seed: alternative to ``generator``.
+        generator: random source (its state advances: calls differ).
+        seed: seed when no ``generator`` is given (default 0); ``None``: torch's global
+            random state.
 
     Returns:
         float64 tensor of the shape of ``c`` (on ``c``'s device).

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from bensemble._seeds import DEFAULT_SEED
 from bensemble._validation import (
     as_float_tensor,
     as_labels,
@@ -58,7 +59,8 @@ class BayesianLogisticRegression:
             draws and the first ``n_samples`` of them, ordered sweep by sweep, are kept.
         fit_intercept: append a constant feature (the intercept is the *last* coefficient).
         generator: random source of :meth:`fit` (its state advances with each fit).
-        seed: alternative to ``generator``: every :meth:`fit` restarts from this seed.
+        seed: without ``generator``, every :meth:`fit` restarts from this seed (default 0:
+            identical fits give identical draws); ``None``: torch's global random state.
 
     Attributes (after :meth:`fit`):
         coef_samples_: kept draws ``[S, D]`` (``D = n_features + 1`` with the intercept last, or
@@ -85,7 +87,7 @@ class BayesianLogisticRegression:
         n_chains: int = 4,
         fit_intercept: bool = True,
         generator: torch.Generator | None = None,
-        seed: int | None = None,
+        seed: int | None = DEFAULT_SEED,
     ) -> None:
         fn = "BayesianLogisticRegression"
         self.prior_var = check_positive(prior_var, "prior_var", fn)

@@ -15,7 +15,6 @@ uncertainty estimation using deep ensembles", NeurIPS 30.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 
 import torch
@@ -23,14 +22,13 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from bensemble import _progress
+from bensemble._seeds import DEFAULT_SEED
 from bensemble._validation import (
     MIN_MEMBER_BYTES,
     as_labels,
     check_count,
     check_finite,
     check_generator,
-    check_option,
-    check_positive_int,
     check_same_length,
     to_tensor,
 )
@@ -40,7 +38,7 @@ from bensemble.methods._member_training import (
     check_module,
     train_member,
 )
-from bensemble.methods._parallel import BACKENDS, run_members
+from bensemble.methods._parallel import MemberBackend, run_members
 
 __all__ = ["train_model", "train_ensemble"]
 
@@ -58,7 +56,7 @@ def train_model(
     optimizer: OptimizerFactory | None = None,
     loss_fn: LossFn | None = None,
     generator: torch.Generator | None = None,
-    seed: int | None = None,
+    seed: int | None = DEFAULT_SEED,
     progress: bool = False,
 ) -> nn.Module:
     """Train one classifier by minibatch gradient descent; return it in eval mode.
@@ -71,12 +69,14 @@ def train_model(
         batch_size: minibatch size (the last batch of an epoch may be smaller).
         optimizer: factory ``params -> torch.optim.Optimizer`` (default Adam, ``lr = 1e-3``).
         loss_fn: ``loss_fn(logits, y) -> scalar`` (default cross-entropy, mean over the batch).
-        generator: random source of the data order and of stochastic layers during training.
-        seed: alternative to ``generator``.
+        generator: random source of the data order and of stochastic layers during training
+            (its state advances).
+        seed: seed of that source when no ``generator`` is given (default 0: identical calls
+            train identical networks); ``None``: torch's global random state.
         progress: show a tqdm bar over epochs.
 
-    The global RNG is forked (and restored afterwards), so training draws nothing from it when a
-    generator or seed is given.
+    The global RNG is forked (and restored afterwards), so training draws nothing from it unless
+    ``seed=None``.
     """
     fn = "train_model"
     check_module(model, "model", fn)
@@ -99,12 +99,10 @@ def train_ensemble(
     optimizer: OptimizerFactory | None = None,
     loss_fn: LossFn | None = None,
     generator: torch.Generator | None = None,
-    seed: int | None = None,
+    seed: int | None = DEFAULT_SEED,
     progress: bool = True,
     *,
-    backend: str = "sequential",
-    n_jobs: int | None = None,
-    temp_dir: str | os.PathLike | None = None,
+    backend: str | MemberBackend = "sequential",
 ) -> list[nn.Module]:
     """Train ``n_members`` networks that differ only by initialisation and data order.
 
@@ -113,17 +111,15 @@ def train_ensemble(
         data: a pair ``(X, y)`` of tensors / arrays or a torch ``Dataset`` of ``(x, y)`` items.
         n_members: ensemble size (the paper uses 10).
         epochs, batch_size, optimizer, loss_fn: as in :func:`train_model`.
-        generator: random source of the per-member seeds (``None``: torch's global RNG).
-        seed: alternative to ``generator``.
+        generator: random source of the per-member seeds (its state advances).
+        seed: seed of the per-member seeds when no ``generator`` is given (default 0: identical
+            calls train identical members); ``None``: torch's global random state.
         progress: show a tqdm bar over all members' epochs.
-        backend: ``"sequential"`` (this process), ``"joblib"`` (a loky process pool) or
-            ``"ray"`` (one Ray task per member); see :mod:`bensemble.methods._parallel`. Every
-            backend returns the same members, member for member, under the same seeds; the
-            parallel ones train each member with one torch thread.
-        n_jobs: parallel workers (default: the CPU count, at most ``n_members``); for Ray the
-            ``num_cpus`` of the local instance it starts (an initialised Ray is reused as is).
-        temp_dir: directory for the backend's temporary files (Ray's session directory, joblib's
-            memmapping folder); default: the backend's own default.
+        backend: where members train: ``"sequential"`` (this process), ``"joblib"``, ``"ray"``,
+            or a :class:`MemberBackend` that also sets ``n_jobs`` and ``temp_dir``
+            (``MemberBackend("ray", n_jobs=4)``). Every backend returns the same members,
+            member for member, under the same seeds; the parallel ones train each member with
+            one torch thread.
 
     Returns:
         the trained members, in eval mode.
@@ -143,21 +139,19 @@ def train_ensemble(
     g = check_generator(generator, seed, fn)
     config = TrainConfig(fn, epochs, batch_size, optimizer, loss_fn)
     dataset = _as_dataset(data, fn)
-    check_option(backend, "backend", BACKENDS, fn)
-    if n_jobs is not None:
-        n_jobs = check_positive_int(n_jobs, "n_jobs", fn)
+    backend = MemberBackend.of(backend, fn)
     seeds = torch.randint(0, _SEED_HIGH, (n_members, 2), generator=g).tolist()
     total = n_members * config.epochs
     with _progress.progress(total=total, enabled=progress, desc="deep ensemble") as bar:
-        if backend != "sequential":
+        if backend.name != "sequential":
             return run_members(
-                backend,
+                backend.name,
                 make_model,
                 dataset,
                 config,
                 seeds,
-                n_jobs=n_jobs,
-                temp_dir=temp_dir,
+                n_jobs=backend.n_jobs,
+                temp_dir=backend.temp_dir,
                 bar=bar,
             )
         return [build_member(make_model, dataset, config, a, b, bar) for a, b in seeds]

@@ -98,7 +98,8 @@ class RandomForestMembers(BaseEstimator):
     Args:
         n_estimators: number of trees ``T`` (the paper uses 100).
         min_samples_leaf: minimum number of training samples per leaf (the paper uses 5).
-        random_state: seed of the forest (``None``: not reproducible).
+        random_state: seed of the forest (scikit-learn's name for ``seed``; default 0: identical
+            fits grow identical forests; ``None``: fresh, from NumPy's global random state).
         n_jobs: passed to scikit-learn.
 
     Attributes (after ``fit``):
@@ -117,7 +118,7 @@ class RandomForestMembers(BaseEstimator):
         self,
         n_estimators: int = 100,
         min_samples_leaf: int = 5,
-        random_state: int | None = None,
+        random_state: int | None = 0,
         n_jobs: int | None = None,
     ) -> None:
         fn = "RandomForestMembers"

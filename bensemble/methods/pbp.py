@@ -31,6 +31,7 @@ import math
 import torch
 from torch import nn
 
+from bensemble._seeds import DEFAULT_SEED, seeded_global_rng
 from bensemble._validation import (
     MIN_MEMBER_BYTES,
     check_allocation,
@@ -75,6 +76,8 @@ class PBPEngine:
         weight_alpha, weight_beta: weight prior variance ``weight_beta / (weight_alpha - 1)``.
         dtype, device: of a new network's moments (float64 recommended); with ``model`` they
             default to the model's own (a model of another dtype / device is converted).
+        seed: seed of a new network's initial means (default 0: identical constructions give
+            identical networks); ``None``: torch's global random state. Unused with ``model``.
 
     Every input is checked: non-finite or misshapen inputs and targets, an empty loader, a
     model with non-finite means, and hyper-parameters whose noise variance
@@ -82,7 +85,6 @@ class PBPEngine:
     would be infinite, zero or negative are refused with a ``ValueError``.
 
     Example:
-        >>> _ = torch.manual_seed(0)
         >>> x = torch.linspace(-2, 2, 64)[:, None]
         >>> pbp = PBPEngine(layer_sizes=[1, 10, 1])
         >>> history = pbp.fit([(x, torch.sin(x))], num_epochs=3)
@@ -101,6 +103,8 @@ class PBPEngine:
         weight_beta: float = 6.0,
         dtype: torch.dtype | None = None,
         device=None,
+        *,
+        seed: int | None = DEFAULT_SEED,
     ) -> None:
         fn = "PBPEngine"
         if model is None and layer_sizes is None:
@@ -118,7 +122,8 @@ class PBPEngine:
         self.device = torch.device(device)
         self.dtype = dtype
         if model is None:
-            model = PBPNet(layer_sizes, dtype=dtype, device=self.device)
+            with seeded_global_rng(seed, fn):
+                model = PBPNet(layer_sizes, dtype=dtype, device=self.device)
         else:
             _check_finite_moments(model, fn)
             model = model.to(device=self.device, dtype=dtype)
@@ -162,7 +167,7 @@ class PBPEngine:
         *,
         update_size: int = 8,
         generator: torch.Generator | None = None,
-        seed: int | None = None,
+        seed: int | None = DEFAULT_SEED,
         **kwargs,
     ) -> dict[str, list[float]]:
         """Run ``num_epochs`` ADF passes over the data; return the per-epoch history.
@@ -172,7 +177,8 @@ class PBPEngine:
             val_loader: optional, for ``val_rmse`` / ``val_nlpd``.
             num_epochs: passes over the data.
             update_size: points combined per update (1 = sequential ADF; see the module).
-            generator, seed: source of the per-epoch shuffling.
+            generator, seed: source of the per-epoch shuffling (default seed 0: identical fits
+                agree; ``seed=None``: torch's global random state).
             **kwargs: bensemble 0.2's ``step_clip`` and ``prior_refresh`` are accepted and have
                 no effect: the gradients are exact (nothing to clip) and the prior enters ``q``
                 once, at construction (bensemble re-absorbed it every epoch). Any other keyword
@@ -266,13 +272,17 @@ class PBPEngine:
         """``E[1 / gamma] = beta / (alpha - 1)``, the noise variance estimate."""
         return self.beta_g / (self.alpha_g - 1.0)
 
-    def sample_models(self, n_models: int = 10, *, generator=None, **kwargs) -> list[nn.Module]:
-        """``n_models`` ReLU networks with weights drawn from ``q(w)`` (float32 input accepted)."""
+    def sample_models(
+        self, n_models: int = 10, *, generator=None, seed: int | None = DEFAULT_SEED, **kwargs
+    ) -> list[nn.Module]:
+        """``n_models`` ReLU networks with weights drawn from ``q(w)`` (float32 input accepted),
+        from ``generator``, else ``seed`` (default 0: identical calls give identical networks;
+        ``None``: torch's global random state)."""
         fn = "PBPEngine.sample_models"
         self._check_fitted(fn)
         per_model = sum(layer.m.numel() for layer in self.model.layers) * self.dtype.itemsize
         n_models = check_count(n_models, "n_models", fn, itemsize=per_model + MIN_MEMBER_BYTES)
-        gen = check_generator(generator, None, fn)
+        gen = check_generator(generator, seed, fn)
         models = []
         for _ in range(n_models):
             mods: list[nn.Module] = [_Cast(self.dtype)]

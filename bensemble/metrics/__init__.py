@@ -32,7 +32,6 @@ from bensemble.metrics.calibration import (
     classwise_calibration_error,
     expected_calibration_error,
     maximum_calibration_error,
-    reliability_diagram,
 )
 from bensemble.metrics.epistemic import (
     EECEDetails,
@@ -49,6 +48,7 @@ from bensemble.metrics.ood import (
     misclassification_report,
     ood_scores,
 )
+from bensemble.metrics.reliability_data import reliability_diagram
 from bensemble.metrics.scoring import accuracy, brier_score, negative_log_likelihood
 from bensemble.metrics.selective import (
     aurc,

@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from bensemble._renamed import renamed_keywords
 from bensemble._validation import (
     MAX_BIN_SLOTS,
     as_binary,
@@ -63,7 +64,6 @@ __all__ = [
     "expected_calibration_error",
     "maximum_calibration_error",
     "classwise_calibration_error",
-    "reliability_diagram",
 ]
 
 NORMS = ("l1", "l2", "max")
@@ -112,11 +112,11 @@ def _binned_stats(
 
 
 def _top_label_stats(
-    probs: torch.Tensor, targets: torch.Tensor, n_bins: int, binning: str
+    probs: torch.Tensor, labels: torch.Tensor, n_bins: int, binning: str
 ) -> CalibrationBins:
-    """Top-label statistics of validated ``probs [N, K]`` and int64 ``targets [N]``."""
+    """Top-label statistics of validated ``probs [N, K]`` and int64 ``labels [N]``."""
     confidence, prediction = _top_label(probs)
-    correct = prediction == targets
+    correct = prediction == labels
     if prediction.dtype == torch.int64 and prediction.is_contiguous():
         # the int64 indices are dead now: their buffer holds the float64 confidences (saves a
         # fresh 8-byte-per-sample allocation, whose page faults cost as much as the copy)
@@ -229,9 +229,10 @@ def calibration_error(
     return float(_norm_from_sums(bins.counts, bins.sum_confidence, bins.sum_correct, norm))
 
 
+@renamed_keywords(targets="labels")
 def expected_calibration_error(
     probs: Any,
-    targets: Any,
+    labels: Any,
     n_bins: int = 15,
     *,
     norm: str = "l1",
@@ -248,7 +249,7 @@ def expected_calibration_error(
 
     Args:
         probs: ``[N, K]`` class probabilities (or logits with ``from_logits=True``).
-        targets: ``[N]`` integer labels in ``[0, K)``.
+        labels: ``[N]`` integer labels in ``[0, K)``.
         n_bins: number of bins, at most :data:`bensemble._validation.MAX_N_BINS` (2**20).
         norm: ``"l1"`` (ECE), ``"l2"`` (RMSCE) or ``"max"`` (MCE).
         binning: ``"uniform"`` or ``"quantile"`` (equal mass).
@@ -264,14 +265,15 @@ def expected_calibration_error(
     """
     fn = "expected_calibration_error"
     n_bins = _check_options(fn, n_bins, norm, binning)
-    p, y = _check_probs_targets(probs, targets, fn, from_logits)
+    p, y = _check_probs_targets(probs, labels, fn, from_logits)
     bins = _top_label_stats(p, y, n_bins, binning)
     return float(_norm_from_sums(bins.counts, bins.sum_confidence, bins.sum_correct, norm))
 
 
+@renamed_keywords(targets="labels")
 def maximum_calibration_error(
     probs: Any,
-    targets: Any,
+    labels: Any,
     n_bins: int = 15,
     *,
     binning: str = "uniform",
@@ -288,14 +290,15 @@ def maximum_calibration_error(
     """
     fn = "maximum_calibration_error"
     n_bins = _check_options(fn, n_bins, None, binning)
-    p, y = _check_probs_targets(probs, targets, fn, from_logits)
+    p, y = _check_probs_targets(probs, labels, fn, from_logits)
     bins = _top_label_stats(p, y, n_bins, binning)
     return float(_norm_from_sums(bins.counts, bins.sum_confidence, bins.sum_correct, "max"))
 
 
+@renamed_keywords(targets="labels")
 def classwise_calibration_error(
     probs: Any,
-    targets: Any,
+    labels: Any,
     n_bins: int = 15,
     *,
     norm: str = "l1",
@@ -314,7 +317,7 @@ def classwise_calibration_error(
 
     Args:
         probs: ``[N, K]`` class probabilities (or logits with ``from_logits=True``).
-        targets: ``[N]`` integer labels in ``[0, K)``.
+        labels: ``[N]`` integer labels in ``[0, K)``.
         n_bins: number of bins per class; ``num_classes * (n_bins + 1)`` may not exceed
             :data:`bensemble._validation.MAX_BIN_SLOTS` (2**24).
         norm: ``"l1"``, ``"l2"`` or ``"max"``.
@@ -331,7 +334,7 @@ def classwise_calibration_error(
     """
     fn = "classwise_calibration_error"
     n_bins = _check_options(fn, n_bins, norm, binning)
-    p, y = _check_probs_targets(probs, targets, fn, from_logits)
+    p, y = _check_probs_targets(probs, labels, fn, from_logits)
     n_classes = p.shape[1]
     if n_classes * (n_bins + 1) > MAX_BIN_SLOTS:
         limit = MAX_BIN_SLOTS // n_classes - 1
@@ -352,7 +355,7 @@ def classwise_calibration_error(
 def _classwise_stats(
     p: torch.Tensor, y: torch.Tensor, n_bins: int, binning: str
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Kernel: validated ``probs [N, K]``, int64 ``targets [N]`` -> float64 per-class, per-bin
+    """Kernel: validated ``probs [N, K]``, int64 ``labels [N]`` -> float64 per-class, per-bin
     ``(counts, sum_p, hits)``, each ``[K, n_bins]`` (the update half of the classwise error)."""
     n_classes = p.shape[1]
     values = p.to(_F64)
@@ -365,43 +368,3 @@ def _classwise_stats(
     counts, sum_p = bin_sums(ids, slots, values)
     (hits,) = bin_sums(ids.gather(1, y[:, None]), slots)
     return tuple(ungroup(s, n_bins, n_classes) for s in (counts, sum_p, hits))
-
-
-def reliability_diagram(
-    probs: Any,
-    targets: Any,
-    n_bins: int = 15,
-    *,
-    binning: str = "uniform",
-    from_logits: bool = False,
-) -> dict[str, list]:
-    """Per-bin data of a top-label reliability diagram (bensemble 0.2's dict, plus counts/edges).
-
-    Args:
-        probs: ``[N, K]`` class probabilities (or logits with ``from_logits=True``).
-        targets: ``[N]`` integer labels in ``[0, K)``.
-        n_bins: number of bins.
-        binning: ``"uniform"`` or ``"quantile"``.
-        from_logits: apply the softmax (float64) first.
-
-    Returns:
-        ``{"confidences", "accuracies", "proportions"}``: lists of ``n_bins`` floats (an empty bin
-        reports its midpoint, accuracy 0.0 and proportion 0.0, as bensemble 0.2 does), plus
-        ``"counts"`` (``n_bins`` ints) and ``"edges"`` (``n_bins + 1`` floats).
-
-    Example:
-        >>> d = reliability_diagram([[0.9, 0.1], [0.6, 0.4]], [0, 1], n_bins=2)
-        >>> d["counts"], d["accuracies"], d["proportions"]
-        ([0, 2], [0.0, 0.5], [0.0, 1.0])
-    """
-    fn = "reliability_diagram"
-    n_bins = _check_options(fn, n_bins, None, binning)
-    p, y = _check_probs_targets(probs, targets, fn, from_logits)
-    bins = _top_label_stats(p, y, n_bins, binning)
-    return {
-        "confidences": bins.mean_confidence.tolist(),
-        "accuracies": bins.accuracy.tolist(),
-        "proportions": bins.weights.tolist(),
-        "counts": [int(c) for c in bins.counts.tolist()],
-        "edges": bins.edges.tolist(),
-    }

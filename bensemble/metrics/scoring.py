@@ -1,11 +1,11 @@
 """Proper scoring rules and accuracy for class probabilities ``probs [N, K]``.
 
 Every function takes ``probs [N, K]`` (probabilities, or logits with ``from_logits=True``, which
-applies the softmax in float64) and integer labels ``targets [N]`` (the name is kept for bensemble
-0.2 compatibility), as torch tensors or numpy arrays of any float dtype on any device, and returns
-a Python float computed in float64. Without ``from_logits`` a matrix whose rows do not sum to 1 is
-rejected (``bensemble._validation.as_probs``); a member stack ``[M, N, K]`` is rejected too
-(average the members first).
+applies the softmax in float64) and integer labels ``labels [N]`` (bensemble 0.2's keyword
+``targets=`` still works, deprecated), as torch tensors or numpy arrays of any float dtype on any
+device, and returns a Python float computed in float64. Without ``from_logits`` a matrix whose
+rows do not sum to 1 is rejected (``bensemble._validation.as_probs``); a member stack
+``[M, N, K]`` is rejected too (average the members first).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from bensemble._renamed import renamed_keywords
 from bensemble._validation import as_labels, as_logits, as_probs, check_bool, check_positive
 
 __all__ = ["negative_log_likelihood", "brier_score", "accuracy"]
@@ -22,15 +23,15 @@ _F64 = torch.float64
 
 
 def _check_probs_targets(
-    probs: Any, targets: Any, fn: str, from_logits: bool
+    probs: Any, labels: Any, fn: str, from_logits: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Validated ``probs [N, K]`` and int64 ``targets [N]`` on the same device.
+    """Validated ``probs [N, K]`` and int64 ``labels [N]`` on the same device.
 
     Probabilities keep their floating dtype (the checks run in it, without a float64 copy of the
     matrix); ``from_logits=True`` returns the float64 softmax.
     """
     p = as_probs(probs, "probs", fn, from_logits=from_logits, dtype=_F64 if from_logits else None)
-    y = as_labels(targets, "targets", fn, n=p.shape[0], num_classes=p.shape[1], device=p.device)
+    y = as_labels(labels, "labels", fn, n=p.shape[0], num_classes=p.shape[1], device=p.device)
     return p, y
 
 
@@ -62,8 +63,9 @@ def _top_label(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return probs.gather(1, prediction[:, None]).squeeze(1), prediction
 
 
+@renamed_keywords(targets="labels")
 def negative_log_likelihood(
-    probs: Any, targets: Any, eps: float = 1e-8, *, from_logits: bool = False
+    probs: Any, labels: Any, eps: float = 1e-8, *, from_logits: bool = False
 ) -> float:
     r"""Mean negative log-likelihood of the true class (bensemble 0.2 semantics).
 
@@ -80,7 +82,7 @@ def negative_log_likelihood(
 
     Args:
         probs: ``[N, K]`` class probabilities (or logits with ``from_logits=True``).
-        targets: ``[N]`` integer class labels in ``[0, K)``.
+        labels: ``[N]`` integer class labels in ``[0, K)``.
         eps: non-negative constant added inside the log of a probability (ignored with
             ``from_logits=True``).
         from_logits: ``probs`` holds logits; use the exact log-softmax.
@@ -96,15 +98,16 @@ def negative_log_likelihood(
     eps = check_positive(eps, "eps", fn, allow_zero=True)
     if check_bool(from_logits, "from_logits", fn):
         z = as_logits(probs, "probs", fn, ndim=2, min_classes=2, warn_on_simplex=True)
-        y = as_labels(targets, "targets", fn, n=z.shape[0], num_classes=z.shape[1], device=z.device)
+        y = as_labels(labels, "labels", fn, n=z.shape[0], num_classes=z.shape[1], device=z.device)
         log_p_y = torch.log_softmax(z, dim=1).gather(1, y[:, None]).squeeze(1)
         return float(-log_p_y.mean())
-    p, y = _check_probs_targets(probs, targets, fn, from_logits)
+    p, y = _check_probs_targets(probs, labels, fn, from_logits)
     p_y = p.gather(1, y[:, None]).squeeze(1).to(_F64)
     return float(-(p_y + eps).log().mean())
 
 
-def brier_score(probs: Any, targets: Any, *, from_logits: bool = False) -> float:
+@renamed_keywords(targets="labels")
+def brier_score(probs: Any, labels: Any, *, from_logits: bool = False) -> float:
     r"""Multi-class Brier score: squared error summed over classes, averaged over samples.
 
     .. math:: \mathrm{Brier} = \frac{1}{N}\sum_i\sum_k (p_{ik} - \mathbb{1}[y_i = k])^2
@@ -115,7 +118,7 @@ def brier_score(probs: Any, targets: Any, *, from_logits: bool = False) -> float
 
     Args:
         probs: ``[N, K]`` class probabilities (or logits with ``from_logits=True``).
-        targets: ``[N]`` integer class labels in ``[0, K)``.
+        labels: ``[N]`` integer class labels in ``[0, K)``.
         from_logits: apply the softmax over the last axis first.
 
     Returns:
@@ -126,18 +129,19 @@ def brier_score(probs: Any, targets: Any, *, from_logits: bool = False) -> float
         0.26
     """
     fn = "brier_score"
-    p, y = _check_probs_targets(probs, targets, fn, from_logits)
+    p, y = _check_probs_targets(probs, labels, fn, from_logits)
     p = p.to(_F64)
     per_sample = (p * p).sum(1) - 2.0 * p.gather(1, y[:, None]).squeeze(1) + 1.0
     return float(per_sample.clamp_min_(0.0).mean())
 
 
-def accuracy(probs: Any, targets: Any, *, from_logits: bool = False) -> float:
+@renamed_keywords(targets="labels")
+def accuracy(probs: Any, labels: Any, *, from_logits: bool = False) -> float:
     """Fraction of samples whose top-1 class (first index on ties) equals the label.
 
     Args:
         probs: ``[N, K]`` class probabilities (or logits with ``from_logits=True``).
-        targets: ``[N]`` integer class labels in ``[0, K)``.
+        labels: ``[N]`` integer class labels in ``[0, K)``.
         from_logits: apply the softmax over the last axis first (does not change the argmax).
 
     Returns:
@@ -148,7 +152,7 @@ def accuracy(probs: Any, targets: Any, *, from_logits: bool = False) -> float:
         0.6666666666666666
     """
     fn = "accuracy"
-    p, y = _check_probs_targets(probs, targets, fn, from_logits)
+    p, y = _check_probs_targets(probs, labels, fn, from_logits)
     return float((_top_label(p)[1] == y).to(_F64).mean())
 
 
@@ -159,14 +163,14 @@ def accuracy(probs: Any, targets: Any, *, from_logits: bool = False) -> float:
 
 def _nll_sum(p: torch.Tensor, y: torch.Tensor, eps: float, logits: bool) -> torch.Tensor:
     """Summed NLL of validated ``probs [N, K]`` (``logits=True``: float64 logits, exact
-    log-softmax) and int64 ``targets [N]``."""
+    log-softmax) and int64 ``labels [N]``."""
     if logits:
         return -torch.log_softmax(p.to(_F64), dim=1).gather(1, y[:, None]).sum()
     return -(p.gather(1, y[:, None]).to(_F64) + eps).log().sum()
 
 
 def _brier_sum(p: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Summed multi-class Brier score of validated ``probs [N, K]`` and ``targets [N]``."""
+    """Summed multi-class Brier score of validated ``probs [N, K]`` and ``labels [N]``."""
     p = p.to(_F64)
     per_sample = (p * p).sum(1) - 2.0 * p.gather(1, y[:, None]).squeeze(1) + 1.0
     return per_sample.clamp_min_(0.0).sum()

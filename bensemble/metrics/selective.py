@@ -12,8 +12,12 @@ order inside a tie is arbitrary; we use the expectation over a uniformly random 
 tie, i.e. errors are spread evenly across the tied positions. Without ties this is the classical
 value, and it never depends on the order of the input.
 
-``correct [N]`` holds 1 where the prediction is right (0/1 or bool). Confidence can be any real
-score, larger = more confident; :func:`selective_confidence` builds one from a member stack.
+Two hand-shapes (:mod:`bensemble.metrics._selective_inputs`): ``(confidence [N], correct [N])``,
+where ``correct`` holds 1 where the prediction is right (0/1 or bool) and the confidence is any
+real score, larger = more confident (:func:`selective_confidence` builds one from a member
+stack); or ``(probs, labels)`` as every other metric takes them - probabilities ``[N, K]`` (or
+members ``[M, N, K]``, averaged) and integer labels ``[N]`` - scored by the top-label
+probability. A 2-D / 3-D first argument, or the keywords ``probs=`` / ``labels=``, select it.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from typing import Any
 
 import torch
 
-from bensemble._validation import as_binary, as_float_tensor, check_option, check_probability
+from bensemble._validation import check_option, check_probability
 from bensemble.metrics._ranking import descending_counts
+from bensemble.metrics._selective_inputs import selective_inputs
 from bensemble.metrics.ood import member_uncertainty
 
 __all__ = [
@@ -45,10 +50,10 @@ CONFIDENCES = (
 )
 
 
-def _validate(confidence: Any, correct: Any, fn: str) -> tuple[torch.Tensor, torch.Tensor]:
-    c = as_float_tensor(confidence, "confidence", fn, ndim=1)
-    ok = as_binary(correct, "correct", fn, n=c.shape[0]).to(c.device)
-    return c, ok
+def _validate(
+    confidence: Any, correct: Any, fn: str, probs: Any = None, labels: Any = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return selective_inputs(fn, confidence, correct, probs, labels)
 
 
 def _curve_counts(c: torch.Tensor, ok: torch.Tensor):
@@ -57,13 +62,15 @@ def _curve_counts(c: torch.Tensor, ok: torch.Tensor):
 
 
 def risk_coverage_curve(
-    confidence: Any, correct: Any
+    confidence: Any = None, correct: Any = None, *, probs: Any = None, labels: Any = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Coverage and selective risk at every distinct confidence threshold.
 
     Args:
-        confidence: confidence scores ``[N]`` (larger = more confident; any real values).
-        correct: 1 where the prediction is correct ``[N]`` (0/1 or bool).
+        confidence: confidence scores ``[N]`` (larger = more confident; any real values), or
+            probabilities ``[N, K]`` / ``[M, N, K]`` (then ``correct`` holds the labels).
+        correct: 1 where the prediction is correct ``[N]`` (0/1 or bool), or labels ``[N]``.
+        probs, labels: the ``(probs, labels)`` form by keyword, instead of the two above.
 
     Returns:
         ``(coverage, risk, thresholds)``, each float64 ``[G]`` for the ``G`` distinct
@@ -75,8 +82,11 @@ def risk_coverage_curve(
         >>> cov, risk, thr = risk_coverage_curve(confidence, torch.tensor([1, 1, 0, 0]))
         >>> cov.tolist(), risk.tolist(), thr.tolist()
         ([0.25, 0.75, 1.0], [0.0, 0.3333333333333333, 0.5], [0.9, 0.8, 0.6])
+        >>> probs = torch.tensor([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]])
+        >>> risk_coverage_curve(probs, torch.tensor([0, 0, 0]))[1].tolist()  # (probs, labels)
+        [0.0, 0.5, 0.3333333333333333]
     """
-    c, ok = _validate(confidence, correct, "risk_coverage_curve")
+    c, ok = _validate(confidence, correct, "risk_coverage_curve", probs, labels)
     errors, accepted, thresholds = _curve_counts(c, ok)
     return accepted / c.shape[0], errors / accepted, thresholds
 
@@ -101,12 +111,16 @@ def _oracle_aurc(n: int, n_errors: int) -> float:
     return float((torch.clamp(i - (n - n_errors), min=0.0) / i).mean())
 
 
-def aurc(confidence: Any, correct: Any) -> float:
+def aurc(
+    confidence: Any = None, correct: Any = None, *, probs: Any = None, labels: Any = None
+) -> float:
     """Area under the risk-coverage curve, ``(1/N) sum_i risk_i`` (lower is better).
 
     Args:
-        confidence: confidence scores ``[N]`` (larger = more confident).
-        correct: 1 where the prediction is correct ``[N]``.
+        confidence: confidence scores ``[N]`` (larger = more confident; any real values), or
+            probabilities ``[N, K]`` / ``[M, N, K]`` (then ``correct`` holds the labels).
+        correct: 1 where the prediction is correct ``[N]`` (0/1 or bool), or labels ``[N]``.
+        probs, labels: the ``(probs, labels)`` form by keyword, instead of the two above.
 
     Returns:
         AURC in ``[0, 1]``; tied confidences are handled as in the module docstring.
@@ -115,11 +129,13 @@ def aurc(confidence: Any, correct: Any) -> float:
         >>> aurc(torch.tensor([0.9, 0.8, 0.7, 0.6]), torch.tensor([1, 1, 0, 0]))
         0.20833333333333331
     """
-    c, ok = _validate(confidence, correct, "aurc")
+    c, ok = _validate(confidence, correct, "aurc", probs, labels)
     return _aurc(c, ok)
 
 
-def excess_aurc(confidence: Any, correct: Any) -> float:
+def excess_aurc(
+    confidence: Any = None, correct: Any = None, *, probs: Any = None, labels: Any = None
+) -> float:
     """AURC minus the AURC of the oracle ranking with the same errors (``>= 0``; 0 is ideal).
 
     The oracle accepts every correct sample before any error, so its AURC is
@@ -127,27 +143,38 @@ def excess_aurc(confidence: Any, correct: Any) -> float:
     AURC that is due to the error rate rather than to the ranking.
 
     Args:
-        confidence: confidence scores ``[N]`` (larger = more confident).
-        correct: 1 where the prediction is correct ``[N]``.
+        confidence: confidence scores ``[N]`` (larger = more confident; any real values), or
+            probabilities ``[N, K]`` / ``[M, N, K]`` (then ``correct`` holds the labels).
+        correct: 1 where the prediction is correct ``[N]`` (0/1 or bool), or labels ``[N]``.
+        probs, labels: the ``(probs, labels)`` form by keyword, instead of the two above.
 
     Example:
         >>> excess_aurc(torch.tensor([0.9, 0.8, 0.7, 0.6]), torch.tensor([1, 1, 0, 0]))
         0.0
     """
-    c, ok = _validate(confidence, correct, "excess_aurc")
+    c, ok = _validate(confidence, correct, "excess_aurc", probs, labels)
     n_errors = int(round(float((1.0 - ok).sum())))
     return max(_aurc(c, ok) - _oracle_aurc(c.shape[0], n_errors), 0.0)
 
 
-def risk_at_coverage(confidence: Any, correct: Any, coverage: float) -> float:
+def risk_at_coverage(
+    confidence: Any = None,
+    correct: Any = None,
+    coverage: float | None = None,
+    *,
+    probs: Any = None,
+    labels: Any = None,
+) -> float:
     """Selective risk at the first curve point whose coverage reaches ``coverage``.
 
     Tied confidences are never split, so the achieved coverage can exceed the target.
 
     Args:
-        confidence: confidence scores ``[N]`` (larger = more confident).
-        correct: 1 where the prediction is correct ``[N]``.
-        coverage: target coverage in ``(0, 1]``.
+        confidence: confidence scores ``[N]`` (larger = more confident; any real values), or
+            probabilities ``[N, K]`` / ``[M, N, K]`` (then ``correct`` holds the labels).
+        correct: 1 where the prediction is correct ``[N]`` (0/1 or bool), or labels ``[N]``.
+        probs, labels: the ``(probs, labels)`` form by keyword, instead of the two above.
+        coverage: target coverage in ``(0, 1]`` (required).
 
     Example:
         >>> risk_at_coverage(torch.tensor([0.9, 0.8, 0.7, 0.6]), torch.tensor([1, 0, 1, 0]), 0.5)
@@ -157,19 +184,28 @@ def risk_at_coverage(confidence: Any, correct: Any, coverage: float) -> float:
     target = check_probability(coverage, "coverage", fn, open_interval=False)
     if target == 0.0:
         raise ValueError(f"{fn}: `coverage` must lie in (0, 1] (got {coverage!r})")
-    c, ok = _validate(confidence, correct, fn)
+    c, ok = _validate(confidence, correct, fn, probs, labels)
     errors, accepted, _ = _curve_counts(c, ok)
     first = int(torch.nonzero(accepted / c.shape[0] >= target)[0, 0])
     return float(errors[first] / accepted[first])
 
 
-def coverage_at_risk(confidence: Any, correct: Any, risk: float) -> float:
+def coverage_at_risk(
+    confidence: Any = None,
+    correct: Any = None,
+    risk: float | None = None,
+    *,
+    probs: Any = None,
+    labels: Any = None,
+) -> float:
     """Largest coverage among the curve points whose selective risk is ``<= risk`` (0 if none).
 
     Args:
-        confidence: confidence scores ``[N]`` (larger = more confident).
-        correct: 1 where the prediction is correct ``[N]``.
-        risk: tolerated selective risk in ``[0, 1]``.
+        confidence: confidence scores ``[N]`` (larger = more confident; any real values), or
+            probabilities ``[N, K]`` / ``[M, N, K]`` (then ``correct`` holds the labels).
+        correct: 1 where the prediction is correct ``[N]`` (0/1 or bool), or labels ``[N]``.
+        probs, labels: the ``(probs, labels)`` form by keyword, instead of the two above.
+        risk: tolerated selective risk in ``[0, 1]`` (required).
 
     Example:
         >>> coverage_at_risk(torch.tensor([0.9, 0.8, 0.7, 0.6]), torch.tensor([1, 0, 1, 0]), 0.4)
@@ -177,7 +213,7 @@ def coverage_at_risk(confidence: Any, correct: Any, risk: float) -> float:
     """
     fn = "coverage_at_risk"
     target = check_probability(risk, "risk", fn, open_interval=False)
-    c, ok = _validate(confidence, correct, fn)
+    c, ok = _validate(confidence, correct, fn, probs, labels)
     errors, accepted, _ = _curve_counts(c, ok)
     feasible = errors / accepted <= target
     if not bool(feasible.any()):

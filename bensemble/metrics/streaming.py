@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from bensemble._renamed import renamed_keywords
 from bensemble._validation import (
     as_labels,
     as_logits,
@@ -69,7 +70,7 @@ __all__ = [
 
 
 class _ProbsMeter(MergeableState):
-    """A meter over ``probs [B, K]`` / ``targets [B]`` batches with an optional class count."""
+    """A meter over ``probs [B, K]`` / ``labels [B]`` batches with an optional class count."""
 
     def __init__(self, num_classes: int | None, from_logits: bool) -> None:
         if num_classes is not None:
@@ -81,10 +82,10 @@ class _ProbsMeter(MergeableState):
     def _declared_seen(self) -> dict[str, int | None]:
         return {"num_classes": self.num_classes}
 
-    def _batch(self, probs: Any, targets: Any) -> tuple[torch.Tensor, torch.Tensor, dict]:
-        """Validated ``probs``, ``targets`` and the class count they fix (checked, not stored)."""
+    def _batch(self, probs: Any, labels: Any) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """Validated ``probs``, ``labels`` and the class count they fix (checked, not stored)."""
         fn = f"{self._fn}.update"
-        p, y = _check_probs_targets(probs, targets, fn, self.from_logits)
+        p, y = _check_probs_targets(probs, labels, fn, self.from_logits)
         return p, y, self._seen_in(fn, "probs", num_classes=int(p.shape[1]))
 
 
@@ -143,9 +144,9 @@ class CalibrationErrorMeter(_ProbsMeter):
     def _count(self, state: dict[str, torch.Tensor]) -> float:
         return float(state["counts"].sum())
 
-    def _stats(self, probs: Any, targets: Any) -> tuple[dict[str, torch.Tensor], dict]:
-        """Per-bin sums of a batch ``probs [B, K]``, ``targets [B]``."""
-        p, y, seen = self._batch(probs, targets)
+    def _stats(self, probs: Any, labels: Any) -> tuple[dict[str, torch.Tensor], dict]:
+        """Per-bin sums of a batch ``probs [B, K]``, ``labels [B]``."""
+        p, y, seen = self._batch(probs, labels)
         bins = _top_label_stats(p, y, self.n_bins, "uniform")
         stats = {
             "counts": bins.counts,
@@ -165,9 +166,10 @@ class CalibrationErrorMeter(_ProbsMeter):
         s = state
         return float(_norm_from_sums(s["counts"], s["sum_confidence"], s["sum_correct"], self.norm))
 
-    def update(self, probs: Any, targets: Any) -> CalibrationErrorMeter:
-        """Add a batch ``probs [B, K]``, ``targets [B]``; returns ``self``."""
-        return super().update(probs, targets)
+    @renamed_keywords(targets="labels")
+    def update(self, probs: Any, labels: Any) -> CalibrationErrorMeter:
+        """Add a batch ``probs [B, K]``, ``labels [B]``; returns ``self``."""
+        return super().update(probs, labels)
 
     @property
     def bins(self) -> CalibrationBins:
@@ -226,8 +228,8 @@ class ClasswiseCalibrationErrorMeter(_ProbsMeter):
     def _count(self, state: dict[str, torch.Tensor]) -> float:
         return float(state["counts"][0].sum())
 
-    def _stats(self, probs: Any, targets: Any) -> tuple[dict[str, torch.Tensor], dict]:
-        p, y, seen = self._batch(probs, targets)
+    def _stats(self, probs: Any, labels: Any) -> tuple[dict[str, torch.Tensor], dict]:
+        p, y, seen = self._batch(probs, labels)
         counts, sum_p, hits = _classwise_stats(p, y, self.n_bins, "uniform")
         return {"counts": counts, "sum_p": sum_p, "hits": hits}, seen
 
@@ -246,9 +248,10 @@ class ClasswiseCalibrationErrorMeter(_ProbsMeter):
         s = state
         return float(_norm_from_sums(s["counts"], s["sum_p"], s["hits"], self.norm).mean())
 
-    def update(self, probs: Any, targets: Any) -> ClasswiseCalibrationErrorMeter:
-        """Add a batch ``probs [B, K]``, ``targets [B]``; returns ``self``."""
-        return super().update(probs, targets)
+    @renamed_keywords(targets="labels")
+    def update(self, probs: Any, labels: Any) -> ClasswiseCalibrationErrorMeter:
+        """Add a batch ``probs [B, K]``, ``labels [B]``; returns ``self``."""
+        return super().update(probs, labels)
 
 
 class _MeanMeter(_ProbsMeter):
@@ -275,9 +278,10 @@ class _MeanMeter(_ProbsMeter):
         count = torch.tensor(float(n), dtype=_F64, device=total.device)
         return {"total": total, "count": count}, seen
 
-    def update(self, probs: Any, targets: Any) -> _MeanMeter:
-        """Add a batch ``probs [B, K]``, ``targets [B]``; returns ``self``."""
-        return super().update(probs, targets)
+    @renamed_keywords(targets="labels")
+    def update(self, probs: Any, labels: Any) -> _MeanMeter:
+        """Add a batch ``probs [B, K]``, ``labels [B]``; returns ``self``."""
+        return super().update(probs, labels)
 
 
 class NLLMeter(_MeanMeter):
@@ -304,15 +308,15 @@ class NLLMeter(_MeanMeter):
     def _settings(self) -> dict[str, Any]:
         return {"eps": self.eps}
 
-    def _stats(self, probs: Any, targets: Any) -> tuple[dict[str, torch.Tensor], dict]:
+    def _stats(self, probs: Any, labels: Any) -> tuple[dict[str, torch.Tensor], dict]:
         fn = f"{self._fn}.update"
         if self.from_logits:
             z = as_logits(probs, "probs", fn, ndim=2, min_classes=2, warn_on_simplex=True)
-            y = as_labels(targets, "targets", fn, n=z.shape[0], num_classes=z.shape[1])
+            y = as_labels(labels, "labels", fn, n=z.shape[0], num_classes=z.shape[1])
             seen = self._seen_in(fn, "probs", num_classes=int(z.shape[1]))
             total = _nll_sum(z, y.to(z.device), self.eps, logits=True)
         else:
-            p, y, seen = self._batch(probs, targets)
+            p, y, seen = self._batch(probs, labels)
             total = _nll_sum(p, y, self.eps, logits=False)
         return self._sums(total, y.shape[0], seen)
 
@@ -339,8 +343,8 @@ class BrierMeter(_MeanMeter):
     def __init__(self, num_classes: int | None = None, *, from_logits: bool = False) -> None:
         super().__init__(num_classes, from_logits)
 
-    def _stats(self, probs: Any, targets: Any) -> tuple[dict[str, torch.Tensor], dict]:
-        p, y, seen = self._batch(probs, targets)
+    def _stats(self, probs: Any, labels: Any) -> tuple[dict[str, torch.Tensor], dict]:
+        p, y, seen = self._batch(probs, labels)
         return self._sums(_brier_sum(p, y), y.shape[0], seen)
 
     def _check_total(self, total: torch.Tensor, count: torch.Tensor, where: str) -> None:
@@ -361,8 +365,8 @@ class AccuracyMeter(_MeanMeter):
     def __init__(self, num_classes: int | None = None, *, from_logits: bool = False) -> None:
         super().__init__(num_classes, from_logits)
 
-    def _stats(self, probs: Any, targets: Any) -> tuple[dict[str, torch.Tensor], dict]:
-        p, y, seen = self._batch(probs, targets)
+    def _stats(self, probs: Any, labels: Any) -> tuple[dict[str, torch.Tensor], dict]:
+        p, y, seen = self._batch(probs, labels)
         return self._sums(_correct_sum(p, y), y.shape[0], seen)
 
     def _check_total(self, total: torch.Tensor, count: torch.Tensor, where: str) -> None:

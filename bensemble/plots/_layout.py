@@ -5,6 +5,8 @@
 * :func:`marker_handle` is a legend proxy of normal size for a scatter whose marker areas encode
   a weight (the legend would otherwise copy the largest marker).
 * :func:`place_legend` draws (or redraws) the legend with the documented placement.
+* :func:`keep_axes_size` widens a figure the display made itself until nothing is cut off and
+  the Axes are as large as before the legend came (a long legend never shrinks the diagram).
 """
 
 from __future__ import annotations
@@ -16,9 +18,13 @@ __all__ = [
     "DIAGONAL_LABEL",
     "FREE",
     "OUTSIDE",
+    "axes_side",
+    "check_limits",
     "data_boxes",
     "diagonal",
     "diagonal_extent",
+    "keep_axes_size",
+    "legend_columns",
     "legend_overlaps_data",
     "marker_handle",
     "place_legend",
@@ -206,3 +212,49 @@ def _is_reference(handle: Any) -> bool:
     """A reference line of ours (gid ``bensemble-*``: the diagonal, oracle, random)."""
     get_gid = getattr(handle, "get_gid", None)
     return callable(get_gid) and str(get_gid() or "").startswith("bensemble-")
+
+
+#: Legend rows per column before :func:`legend_columns` starts a new column.
+LEGEND_ROWS = 14
+
+
+def legend_columns(n_entries: int, rows: int = LEGEND_ROWS) -> int:
+    """Columns for ``n_entries`` legend entries, at most ``rows`` per column."""
+    return max(1, -(-n_entries // rows))
+
+
+def axes_side(ax: Any) -> float:
+    """The smaller side of ``ax`` in pixels, after laying the figure out."""
+    ax.figure.draw_without_rendering()
+    box = ax.get_window_extent()
+    return float(min(box.width, box.height))
+
+
+def keep_axes_size(ax: Any, side: float, *, max_steps: int = 6) -> None:
+    """Widen ``ax``'s figure (one the display created) until nothing drawn lies outside it and
+    the smaller side of ``ax`` is back to ``side`` pixels (its size before the legend), within
+    half a pixel. Stops when a step no longer helps (e.g. the Axes are limited by the height)."""
+    fig = ax.figure
+    previous = -1.0
+    for _ in range(max_steps):
+        now = axes_side(ax)
+        tight = fig.get_tightbbox()
+        width, height = fig.get_size_inches()
+        overflow = max(0.0, tight.x1 - width) + max(0.0, -tight.x0)
+        deficit = max(0.0, side - now - 0.5) / fig.dpi
+        if overflow < 0.01 and deficit == 0.0:
+            return
+        if deficit > 0.0 and now <= previous + 0.5 and overflow < 0.01:
+            return  # the width is no longer what limits the Axes
+        previous = now
+        fig.set_size_inches(width + overflow + deficit + 0.02, height)
+
+
+def check_limits(limits: Any, scale: str, fn: str) -> tuple[float, float]:
+    """``limits`` of a square diagram as ``(low, high)`` floats, ``0 < low`` on log axes."""
+    ok = isinstance(limits, (tuple, list)) and len(limits) == 2
+    low, high = (float(limits[0]), float(limits[1])) if ok else (0.0, 0.0)
+    if not ok or not (low < high) or (scale == "log" and low <= 0):
+        need = "0 < low < high" if scale == "log" else "low < high"
+        raise ValueError(f"{fn}: `limits` must be a pair (low, high) with {need} (got {limits!r})")
+    return low, high

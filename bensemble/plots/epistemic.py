@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
 from bensemble._validation import (
@@ -25,12 +24,23 @@ from bensemble._validation import (
     as_member_stack,
     check_option,
     check_positive,
+    check_positive_int,
     to_tensor,
 )
 from bensemble.metrics._eece_legacy import LEGACY_KEYWORDS
 from bensemble.metrics.binning import Binning, KMeansBinning
 from bensemble.metrics.epistemic import EECEDetails, expected_epistemic_calibration_error
-from bensemble.plots._layout import diagonal, diagonal_extent, marker_handle, place_legend
+from bensemble.plots._classes import DEFAULT_MAX_CLASSES, ClasswiseView, select_details
+from bensemble.plots._layout import (
+    axes_side,
+    check_limits,
+    diagonal,
+    diagonal_extent,
+    keep_axes_size,
+    legend_columns,
+    marker_handle,
+    place_legend,
+)
 from bensemble.plots.maps import plot_toy_maps
 
 __all__ = [
@@ -65,6 +75,8 @@ class EpistemicReliabilityDisplay:
         value: the EECE shown in the legend.
         name: label of the markers.
         classes: optional ``[M]`` class index of each bin (pooled classwise details).
+        class_support: optional ``[K]`` points labelled with each class (what chooses the
+            classes drawn when there are more than ``max_classes``; :meth:`from_details` sets it).
 
     Attributes:
         ax_: the Axes drawn on (after :meth:`plot`).
@@ -72,6 +84,8 @@ class EpistemicReliabilityDisplay:
         scatter_: the PathCollection of the bins (one, coloured by class in the classwise view).
         scale_: the scale drawn, ``"linear"`` or ``"log"`` (what ``"auto"`` chose).
         n_hidden_: filled bins left out because log axes cannot show a zero coordinate.
+        shown_classes_: the classes drawn (classwise view; all of them up to ``max_classes``).
+        class_note_: the line the figure carries when only some classes are drawn, else None.
         diagonal_: the ``y = x`` Line2D (one per Axes, shared by displays drawn on it).
         legend_handles_: the legend entries of this display (normal-size marker proxies: one
             per class in the classwise view, then the name and EECE; then the diagonal).
@@ -97,6 +111,7 @@ class EpistemicReliabilityDisplay:
         value: float | None = None,
         name: str | None = None,
         classes: torch.Tensor | None = None,
+        class_support: torch.Tensor | None = None,
     ) -> None:
         fn = "EpistemicReliabilityDisplay"
         shape = None
@@ -119,7 +134,10 @@ class EpistemicReliabilityDisplay:
                     f"{tuple(shape)} (got shape {tuple(c.shape)})"
                 )
             classes = c.long()
+        if class_support is not None:
+            class_support = as_float_tensor(class_support, "class_support", fn, ndim=1, dtype=None)
         self.classes = classes
+        self.class_support = class_support
         self.trust = trust
         self.squared_error = squared_error
         self.counts = counts
@@ -144,34 +162,10 @@ class EpistemicReliabilityDisplay:
                 f"expected_epistemic_calibration_error(..., return_details=True) "
                 f"(got {type(details).__name__})"
             )
-        classes = None
-        trust, sq, counts, value = (
-            details.trust,
-            details.squared_error,
-            details.counts,
-            details.value,
+        trust, sq, counts, value, classes, support = select_details(details, class_index, fn)
+        return cls(
+            trust, sq, counts, value=value, name=name, classes=classes, class_support=support
         )
-        if details.counts.ndim == 2:
-            n_classes = details.counts.shape[0]
-            if class_index is not None:
-                if (
-                    isinstance(class_index, bool)
-                    or not isinstance(class_index, (int, np.integer))
-                    or not 0 <= int(class_index) < n_classes
-                ):
-                    raise ValueError(
-                        f"{fn}: `class_index` must be in [0, {n_classes - 1}] (got {class_index!r})"
-                    )
-                k = int(class_index)
-                trust, sq, counts = trust[k], sq[k], counts[k]
-                value = float(details.per_class[k])
-            else:
-                n_bins = details.counts.shape[1]
-                classes = torch.arange(n_classes).repeat_interleave(n_bins)
-                trust, sq, counts = trust.reshape(-1), sq.reshape(-1), counts.reshape(-1)
-        elif class_index is not None:
-            raise ValueError(f"{fn}: `class_index` must be None for binary details")
-        return cls(trust, sq, counts, value=value, name=name, classes=classes)
 
     @classmethod
     def from_member_probs(
@@ -236,6 +230,7 @@ class EpistemicReliabilityDisplay:
         limits: tuple[float, float] | None = None,
         max_marker_size: float = 300.0,
         legend_loc: str | None = "free",
+        max_classes: int | None = DEFAULT_MAX_CLASSES,
         **kwargs: Any,
     ) -> EpistemicReliabilityDisplay:
         """Draw the bins as markers and the diagonal; returns ``self``.
@@ -257,7 +252,10 @@ class EpistemicReliabilityDisplay:
                 edges, whose legend box touches no bin marker is kept, else right of the Axes),
                 ``"outside"`` (right of the Axes, top aligned), any matplotlib ``loc``, or
                 ``None`` (no legend). The legend shows markers of normal size, whatever the
-                bins' areas.
+                bins' areas. On a figure the display creates, a legend outside widens the
+                figure instead of shrinking the diagram, and nothing is cut off.
+            max_classes: classwise view - the most classes drawn (default 10): beyond, the
+                classes with the largest support, said in the title (``None``: every class).
             **kwargs: passed to ``Axes.scatter``.
         """
         import matplotlib.pyplot as plt
@@ -265,6 +263,9 @@ class EpistemicReliabilityDisplay:
         fn = "EpistemicReliabilityDisplay.plot"
         check_option(scale, "scale", SCALES, fn)
         check_positive(max_marker_size, "max_marker_size", fn)
+        if max_classes is not None:
+            max_classes = check_positive_int(max_classes, "max_classes", fn)
+        made = ax is None
         if ax is None:
             wide = legend_loc == "outside"  # room for the legend right of the square diagram
             fig, ax = plt.subplots(figsize=(7.5 if wide else 5.5, 5), layout="constrained")
@@ -278,10 +279,16 @@ class EpistemicReliabilityDisplay:
             if previous is not None:
                 limits = (min(limits[0], previous[0]), max(limits[1], previous[1]))
         else:
-            limits = _check_limits(limits, scale, fn)
+            limits = check_limits(limits, scale, fn)
         keep = self.counts > 0
         shown = keep & (self.trust > 0) & (self.squared_error > 0) if scale == "log" else keep
         self.n_hidden_ = int(keep.sum() - shown.sum())
+        by_class = self.classes is not None and not ({"c", "color"} & set(kwargs))
+        self.shown_classes_, self.class_note_ = None, None
+        if by_class:
+            view = ClasswiseView(self.classes, self.class_support, max_classes)
+            self.shown_classes_, self.class_note_ = view.drawn, view.note
+            shown = shown & view.mask
         x = self.trust[shown].cpu().numpy()
         y = self.squared_error[shown].cpu().numpy()
         w = self.weights[shown]
@@ -292,14 +299,9 @@ class EpistemicReliabilityDisplay:
         style = {"alpha": 0.6, "edgecolors": "black", "linewidths": 0.5, **kwargs}
         label = style.pop("label", label)  # a given label names the legend's proxy marker
         handles = []
-        by_class = self.classes is not None and not ({"c", "color"} & set(kwargs))
         if by_class:
-            classes = self.classes[shown].cpu().numpy()
-            n_classes = int(self.classes.max()) + 1
-            colours = _class_colours(n_classes)
-            style["c"] = colours[classes] if len(classes) else None
-            handles = [marker_handle(colours[k], f"class {k}") for k in range(n_classes)]
-            handles.append(marker_handle("none", label))
+            style["c"] = view.colours(self.classes[shown])
+            handles = [*view.handles(), marker_handle("none", label)]
         self.scatter_ = ax.scatter(x, y, s=sizes, label="_bins", **style)
         if not by_class:
             face = self.scatter_.get_facecolors()
@@ -314,11 +316,16 @@ class EpistemicReliabilityDisplay:
         ax.set_xlabel("Reported EU (bin mean)")
         ax.set_ylabel(r"Squared error $\mathrm{mean}_h(\mathrm{acc} - \mathrm{conf}_h)^2$")
         title = "Epistemic reliability diagram"
+        if self.class_note_:
+            title += f"\n{self.class_note_}"
         if self.n_hidden_:
             title += f"\n({self.n_hidden_} bin(s) with a zero value not shown on log axes)"
-        ax.set_title(title)
+        ax.set_title(title, fontsize="medium")
         self.legend_handles_ = [*handles, self.diagonal_]
-        place_legend(ax, legend_loc, handles, ncols=2 if len(handles) > 7 else 1)
+        side = axes_side(ax) if made and legend_loc is not None else None
+        place_legend(ax, legend_loc, handles, ncols=legend_columns(len(self.legend_handles_)))
+        if side is not None:  # our figure: a long legend widens it, never shrinks the diagram
+            keep_axes_size(ax, side)
         self.scale_ = scale
         self.ax_ = ax
         self.figure_ = fig
@@ -356,26 +363,6 @@ def auto_scale(display: EpistemicReliabilityDisplay) -> str:
     near = float(w[torch.maximum(x, y) <= AUTO_LOG_FRACTION * top].sum())
     hidden = float(w[(x <= 0) | (y <= 0)].sum())
     return "log" if near > 0.5 and hidden < AUTO_LOG_MAX_HIDDEN else "linear"
-
-
-def _check_limits(limits: Any, scale: str, fn: str) -> tuple[float, float]:
-    ok = isinstance(limits, (tuple, list)) and len(limits) == 2
-    low, high = (float(limits[0]), float(limits[1])) if ok else (0.0, 0.0)
-    if not ok or not (low < high) or (scale == "log" and low <= 0):
-        need = "0 < low < high" if scale == "log" else "low < high"
-        raise ValueError(f"{fn}: `limits` must be a pair (low, high) with {need} (got {limits!r})")
-    return low, high
-
-
-def _class_colours(n_classes: int) -> Any:
-    """``[K, 4]`` RGBA colours, one per class: tab10 / tab20, else sampled from turbo."""
-    import matplotlib
-
-    if n_classes <= 10:
-        return matplotlib.colormaps["tab10"](np.arange(n_classes))
-    if n_classes <= 20:
-        return matplotlib.colormaps["tab20"](np.arange(n_classes))
-    return matplotlib.colormaps["turbo"](np.linspace(0.0, 1.0, n_classes))
 
 
 def plot_epistemic_reliability_diagram(

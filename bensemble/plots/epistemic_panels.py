@@ -97,7 +97,8 @@ def plot_epistemic_reliability_panels(
         )
         if legend != "axes":  # each panel's EECE goes to its title
             value = "" if display.value is None else f" (EECE = {display.value:.4f})"
-            ax.set_title(f"{title if title is not None else display.name or ''}{value}")
+            note = f"\n{display.class_note_}" if display.class_note_ else ""
+            ax.set_title(f"{title if title is not None else display.name or ''}{value}{note}")
         elif title is not None:
             ax.set_title(title)
         spec = ax.get_subplotspec()

@@ -79,13 +79,16 @@ def eece_ece_summary(rows: Sequence[Mapping[str, Any]]) -> EECEvsECESummary:
     groups: dict[str, list[tuple[float, float]]] = {}
     for i, row in enumerate(rows):
         try:
-            groups.setdefault(str(row["method"]), []).append(
-                (float(row["ece"]), float(row["eece"]))
-            )
+            pair = (float(row["ece"]), float(row["eece"]))
         except (KeyError, TypeError, ValueError):
             raise ValueError(
                 f"{fn}: `rows` must hold `method`, numeric `ece` and `eece` (got row {i}: {row!r})"
             ) from None
+        if not np.isfinite(pair).all():
+            raise ValueError(
+                f"{fn}: `rows` must hold finite `ece` and `eece` (got row {i}: {row!r})"
+            )
+        groups.setdefault(str(row["method"]), []).append(pair)
     if not groups:
         raise ValueError(f"{fn}: `rows` must not be empty (got 0 rows)")
     arrays = {m: np.asarray(v, dtype=np.float64) for m, v in groups.items()}

@@ -15,6 +15,7 @@ from bensemble._validation import (
     check_probability,
     to_tensor,
 )
+from bensemble.metrics._selective_inputs import selective_inputs
 from bensemble.metrics.selective import aurc, risk_coverage_curve, selective_confidence
 from bensemble.plots._layout import place_legend
 
@@ -76,11 +77,22 @@ class RiskCoverageDisplay:
 
     @classmethod
     def from_predictions(
-        cls, confidence: Any, correct: Any, *, name: str | None = None
+        cls,
+        confidence: Any = None,
+        correct: Any = None,
+        *,
+        name: str | None = None,
+        probs: Any = None,
+        labels: Any = None,
     ) -> RiskCoverageDisplay:
-        """Compute the curve from confidences ``[N]`` and 0/1 correctness ``[N]``."""
-        coverage, risk, thresholds = risk_coverage_curve(confidence, correct)
-        return cls(coverage, risk, thresholds, aurc=aurc(confidence, correct), name=name)
+        """Compute the curve from confidences ``[N]`` and 0/1 correctness ``[N]``, or from
+        ``(probs [N, K], labels [N])`` (positionally by shape, or by keyword), as
+        :func:`bensemble.metrics.risk_coverage_curve` takes them."""
+        c, ok = selective_inputs(
+            "RiskCoverageDisplay.from_predictions", confidence, correct, probs, labels
+        )
+        coverage, risk, thresholds = risk_coverage_curve(c, ok)
+        return cls(coverage, risk, thresholds, aurc=aurc(c, ok), name=name)
 
     @classmethod
     def from_ensemble(
@@ -225,8 +237,16 @@ def oracle_risk(coverage: Any, error_rate: float) -> torch.Tensor:
     return ((c - (1.0 - e)).clamp_min(0.0) / c).to(torch.float64)
 
 
-def plot_risk_coverage(confidence: Any, correct: Any, *, name: str | None = None) -> Any:
-    """Risk-coverage curve of ``confidence [N]`` against 0/1 ``correct [N]`` as a Figure.
+def plot_risk_coverage(
+    confidence: Any = None,
+    correct: Any = None,
+    *,
+    name: str | None = None,
+    probs: Any = None,
+    labels: Any = None,
+) -> Any:
+    """Risk-coverage curve of ``confidence [N]`` against 0/1 ``correct [N]`` (or of
+    ``(probs [N, K], labels [N])``) as a Figure.
 
     A thin shell over :meth:`RiskCoverageDisplay.from_predictions` and
     :meth:`RiskCoverageDisplay.plot`.
@@ -234,4 +254,7 @@ def plot_risk_coverage(confidence: Any, correct: Any, *, name: str | None = None
     Returns:
         The matplotlib Figure.
     """
-    return RiskCoverageDisplay.from_predictions(confidence, correct, name=name).plot().figure_
+    display = RiskCoverageDisplay.from_predictions(
+        confidence, correct, name=name, probs=probs, labels=labels
+    )
+    return display.plot().figure_

@@ -31,6 +31,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from bensemble._seeds import DEFAULT_SEED
 from bensemble._validation import check_positive, check_positive_int, machine_memory_bytes
 from bensemble.core.ensemble import Ensemble
 from bensemble.search.searchers import _PoolSearch
@@ -60,9 +61,12 @@ class NESBayesianSampler(_PoolSearch):
             :data:`~bensemble.search.selection.classification_nll_criterion`. A non-cached
             criterion scores each member once and SVGD then uses the expected log posterior
             ``sum_p w_ip log pi_p`` as the log-density.
-        generator, seed: source of every random choice (pool sampling when the space accepts a
-            generator, each member's initialisation and training under a seeded and restored
-            global RNG, Monte Carlo draws, SVGD initialisation).
+        generator, seed: source of every random choice (pool sampling, each member's
+            initialisation and training under a seeded and restored global RNG, Monte Carlo
+            draws, SVGD initialisation). Default ``seed=0``: :meth:`build_pool`,
+            :meth:`sample_mc` and :meth:`sample_svgd` each restart from a seed derived from it,
+            so identical calls agree; a ``generator`` is a stream that advances; ``seed=None``:
+            torch's global random state.
     """
 
     def __init__(
@@ -79,7 +83,7 @@ class NESBayesianSampler(_PoolSearch):
         criterion: Callable | None = None,
         *,
         generator: torch.Generator | None = None,
-        seed: int | None = None,
+        seed: int | None = DEFAULT_SEED,
     ) -> None:
         fn = "NESBayesianSampler"
         self._setup(
@@ -114,6 +118,7 @@ class NESBayesianSampler(_PoolSearch):
             return self
         data = ValidationSet(val_loader, fn)
         if self.pool_ is None:
+            self.generator = self._source("pool")
             pool, configs = [], []
             for _ in range(self.pool_size):
                 config = sample_config(self.space, self.generator)
@@ -159,7 +164,7 @@ class NESBayesianSampler(_PoolSearch):
         """``ensemble_size`` distinct members drawn with probabilities ``pi``."""
         self.build_pool(val_loader)
         log_pi = torch.log(self.posterior())
-        u = torch.rand(log_pi.shape, generator=self.generator, dtype=torch.float64)
+        u = torch.rand(log_pi.shape, generator=self._source("sample_mc"), dtype=torch.float64)
         gumbel = -torch.log(-torch.log(u.clamp(1e-300, 1.0 - 1e-16)))
         keys = torch.where(torch.isfinite(log_pi), log_pi + gumbel, torch.full_like(log_pi, -1e300))
         chosen = torch.argsort(keys, descending=True, stable=True)[: self.ensemble_size]
@@ -171,7 +176,7 @@ class NESBayesianSampler(_PoolSearch):
         self.build_pool(val_loader)
         pi = self.posterior()
         n_pool, n_part = len(self.pool_), self.ensemble_size
-        u = torch.rand(n_pool, generator=self.generator, dtype=torch.float64)
+        u = torch.rand(n_pool, generator=self._source("sample_svgd"), dtype=torch.float64)
         start = torch.argsort(torch.log(pi) - torch.log(-torch.log(u.clamp(1e-300, 1 - 1e-16))),
                               descending=True)[:n_part]  # fmt: skip
         alpha = torch.zeros(n_part, n_pool, dtype=torch.float64)

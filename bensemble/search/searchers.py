@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
+from bensemble._seeds import DEFAULT_SEED, derived_seed
 from bensemble._validation import (
     MIN_MEMBER_BYTES,
     check_allocation,
@@ -63,7 +64,22 @@ class _PoolSearch:
         if criterion is not None and not callable(criterion):
             raise ValueError(f"{fn}: `criterion` must be callable (got {type(criterion).__name__})")
         self.criterion = classification_nll_criterion if criterion is None else criterion
-        self.generator = check_generator(gen, seed, fn)
+        check_generator(gen, seed, fn)  # validates both and the either/or rule
+        self.seed = seed
+        self._generator_arg = gen
+        self.generator = self._source("pool")
+
+    def _source(self, stage: str) -> torch.Generator | None:
+        """The random source of one public call (``stage``): the caller's ``generator`` (a
+        stream that advances), else a generator seeded from ``seed`` afresh for each call (the
+        pool with ``seed`` itself, later stages with seeds derived from it), so identical calls
+        agree; ``seed=None``: torch's global random state."""
+        if self._generator_arg is not None:
+            return self._generator_arg
+        if self.seed is None:
+            return None
+        seed = int(self.seed) if stage == "pool" else derived_seed(self.seed, stage)
+        return torch.Generator().manual_seed(seed)
 
     def _train(self, config: dict) -> nn.Module:
         """Build and train one pool member.
@@ -144,10 +160,12 @@ class RandomSearcher(_PoolSearch):
             otherwise never moved; validation batches go to each model's device.
         criterion: lower-is-better ``criterion(members, val_loader, device)``; default
             :data:`~bensemble.search.selection.classification_nll_criterion`.
-        generator, seed: random source passed to ``space.sample`` when it accepts one; it also
-            seeds torch's global RNG while each member is built and trained (restored
-            afterwards), so one seed reproduces the whole search. ``None`` (default) leaves
-            building and training to torch's global random state.
+        generator, seed: random source passed to ``space.sample`` when it accepts one (else
+            ``space.sample`` runs under torch's global RNG seeded from it); it also seeds
+            torch's global RNG while each member is built and trained (restored afterwards), so
+            one seed reproduces the whole search. Default ``seed=0``: each :meth:`search`
+            restarts from it, so identical searches agree; a ``generator`` is a stream that
+            advances; ``seed=None`` leaves everything to torch's global random state.
 
     Attributes (after :meth:`search`): ``pool_``, ``configs_``, ``pool_predictions_`` (each
     member's cached validation predictions) and ``selected_indices_``.
@@ -163,7 +181,7 @@ class RandomSearcher(_PoolSearch):
         criterion: Callable | None = None,
         *,
         generator: torch.Generator | None = None,
-        seed: int | None = None,
+        seed: int | None = DEFAULT_SEED,
     ) -> None:
         self._setup(
             "RandomSearcher", space, pool_size, ensemble_size, train_fn, device, criterion,
@@ -178,6 +196,7 @@ class RandomSearcher(_PoolSearch):
         """
         with self._keeping_the_previous_search():
             data = ValidationSet(val_loader, "RandomSearcher.search")  # checked before training
+            self.generator = self._source("pool")
             self.pool_, self.configs_, self.pool_predictions_ = [], [], []
             for _ in range(self.pool_size):
                 config = sample_config(self.space, self.generator)
@@ -210,7 +229,7 @@ class EvolutionarySearcher(_PoolSearch):
         criterion: Callable | None = None,
         *,
         generator: torch.Generator | None = None,
-        seed: int | None = None,
+        seed: int | None = DEFAULT_SEED,
     ) -> None:
         fn = "EvolutionarySearcher"
         self._setup(
@@ -237,6 +256,7 @@ class EvolutionarySearcher(_PoolSearch):
             data = ValidationSet(
                 val_loader, "EvolutionarySearcher.search"
             )  # checked before training
+            self.generator = self._source("pool")
             self.pool_, self.configs_, self.pool_predictions_ = [], [], []
 
             def add(config: dict) -> int:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 import copy
 import inspect
 
 import torch
 from torch import nn
+
+from bensemble._seeds import seeded_global_rng
 
 __all__ = ["SearchSpace"]
 
@@ -44,18 +47,30 @@ def _accepts_generator(method) -> bool:
 
 
 def sample_config(space: SearchSpace, generator: torch.Generator | None) -> dict:
-    """``space.sample()``, passing ``generator`` when the space accepts one."""
+    """``space.sample()``, passing ``generator`` when the space accepts one; otherwise (with a
+    generator) under torch's global RNG seeded from it, restored afterwards."""
     if generator is not None and _accepts_generator(space.sample):
         return space.sample(generator=generator)
-    return space.sample()
+    with _seeded_from(generator):
+        return space.sample()
 
 
 def mutate_config(space: SearchSpace, config: dict, generator: torch.Generator | None) -> dict:
-    """``space.mutate(copy of config)``, passing ``generator`` when the space accepts one."""
+    """``space.mutate(copy of config)``, passing ``generator`` when the space accepts one
+    (otherwise as :func:`sample_config`)."""
     config = copy.deepcopy(config)  # a space that edits in place cannot touch our record
     if generator is not None and _accepts_generator(space.mutate):
         return space.mutate(config, generator=generator)
-    return space.mutate(config)
+    with _seeded_from(generator):
+        return space.mutate(config)
+
+
+def _seeded_from(generator: torch.Generator | None):
+    """torch's global CPU RNG seeded with one draw of ``generator`` (nothing without one). A
+    space drawing from Python's ``random`` or NumPy is not covered: give it a ``generator``."""
+    if generator is None:
+        return contextlib.nullcontext()
+    return seeded_global_rng(int(torch.randint(0, 2**62, (1,), generator=generator)), "search")
 
 
 def check_space(space, fn: str) -> SearchSpace:

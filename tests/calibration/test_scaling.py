@@ -385,8 +385,14 @@ def test_forward_keeps_dtype_and_matches_division(dtype):
 def test_forward_is_differentiable_and_accepts_numpy():
     scaler = TemperatureScaling(init_temp=2.0)
     z = torch.randn(10, 3, generator=torch.Generator().manual_seed(0))
-    loss = scaler(z).logsumexp(-1).sum()
-    loss.backward()
+    # the temperature is frozen by default (issue 20): the output is a plain tensor ...
+    assert not scaler.log_temperature.requires_grad and not scaler(z).requires_grad
+    # ... yet differentiable in the input, and in the temperature once the user opts in
+    z_grad = z.clone().requires_grad_()
+    scaler(z_grad).logsumexp(-1).sum().backward()
+    torch.testing.assert_close(z_grad.grad.sum(-1), torch.full((10,), 0.5), rtol=1e-6, atol=1e-6)
+    scaler.requires_grad_(True)
+    scaler(z).logsumexp(-1).sum().backward()
     assert scaler.log_temperature.grad is not None and scaler.log_temperature.grad.abs() > 0
     exact = z.double() / scaler.temperature_
     diff = (scaler(z.numpy()).double() - exact).abs()

@@ -98,6 +98,11 @@ def test_quick_demo_returns_zero_and_prints_both_tables(quick_run):
                 assert f"{row[key]:.4f}" in line
     assert "elapsed:" in text
     assert "bensemble demo" not in quick_run["stderr"]  # not a terminal: no tqdm bar
+    # every table's columns come with their definitions and units
+    for note in ("T: the fitted temperature", "NLL: mean -log p(y | x) in", "nats", "target at",
+                 "least 0.9", "set_size: mean number of classes", "TECE: true epistemic",
+                 "Empty sets: LAC keeps the labels"):  # fmt: skip
+        assert note in " ".join(text.split()), note  # the notes are wrapped at 100 columns
 
 
 def test_quick_demo_restores_threads_and_global_rng(quick_run):
@@ -206,6 +211,9 @@ def test_quick_demo_report_html_is_self_contained_with_verdicts(quick_run):
     assert html.count('<li class="verdict ') == 6  # 3 questions x 2 datasets
     for dataset in ("Toy", "Digits"):
         assert f"{dataset}: verdicts per method" in html
+        assert f"{dataset}: Is the temperature-scaled model calibrated?" in html
+    assert html.count("Empty sets: LAC keeps the labels") == 2  # under each metrics table
+    assert html.count("NLL: mean -log p(y | x) in nats") == 2
 
 
 def test_quick_demo_verdicts_follow_the_rules(quick_run):
@@ -215,19 +223,32 @@ def test_quick_demo_verdicts_follow_the_rules(quick_run):
     for dataset in TABLES:
         table = _json_table(quick_run["out"], dataset)["rows"]
         rows = {r["method"]: r for r in table if r["stage"] == "before"}
+        after = {r["method"]: r for r in table if r["stage"] == "after"}
         verdicts = summary[dataset]["verdicts"]
         assert set(verdicts) == set(rows)
-        for method, (calibrated, scaling, epistemic) in verdicts.items():
-            assert [calibrated["question"], scaling["question"], epistemic["question"]] == list(
-                QUESTIONS
-            )
+        for method, v in verdicts.items():
+            calibrated, scaling, epistemic = (
+                v["calibrated_unscaled"], v["scaling"], v["epistemic"]
+            )  # fmt: skip
+            assert calibrated["question"] == "Is the unscaled model calibrated?"
+            assert scaling["question"] == QUESTIONS[1]
             assert calibrated["value"] == rows[method]["ECE"]  # the unscaled (before) row
-            lo, hi = calibrated["ci_low"], calibrated["ci_high"]
-            assert lo <= hi
-            if hi < ECE_THRESHOLD:
-                assert calibrated["answer"] == "yes"
-            elif lo <= ECE_THRESHOLD:
-                assert calibrated["answer"] == "unclear"
+            if method in after:  # judged after scaling too, and the EECE at the scaled stage
+                assert v["calibrated_scaled"]["value"] == after[method]["ECE"]
+                assert v["calibrated_scaled"]["question"] == (
+                    "Is the temperature-scaled model calibrated?"
+                )
+                assert epistemic["value"] == after[method]["EECE"]
+                assert "temperature-scaled members'" in epistemic["question"]
+            for verdict in (calibrated, v.get("calibrated_scaled")):
+                if verdict is None:
+                    continue
+                lo, hi = verdict["ci_low"], verdict["ci_high"]
+                assert lo <= hi
+                if hi < ECE_THRESHOLD:
+                    assert verdict["answer"] == "yes"
+                elif lo <= ECE_THRESHOLD:
+                    assert verdict["answer"] == "unclear"
             if scaling["ci_high"] < 0:
                 assert scaling["answer"] == "yes"
             elif scaling["ci_low"] > 0:
@@ -266,7 +287,7 @@ def test_bad_method_lists_are_refused_before_anything_runs(tmp_path, config, nam
 
 @pytest.mark.slow
 def test_quick_demo_as_a_subprocess(quick_run, tmp_path):
-    out = tmp_path / "report"
+    out = tmp_path / "report\u202eLMTH"  # a right-to-left override in the folder's name
     cmd = [sys.executable, "-m", "bensemble.cli", "demo", "--quick", "--no-progress"]
     done = subprocess.run(
         [*cmd, "--out", str(out)], capture_output=True, text=True, timeout=240, check=False
@@ -274,6 +295,7 @@ def test_quick_demo_as_a_subprocess(quick_run, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Toy Gaussians" in done.stdout and "Digits" in done.stdout
     assert "bensemble demo:" not in done.stderr  # --no-progress: no bar
+    assert "report\\u202eLMTH/" in done.stdout and "\u202e" not in done.stdout  # made visible
     assert {p.name for p in out.iterdir()} == EXPECTED_FILES
     # Same seed, another process: the same numbers.
     for name in TABLES:

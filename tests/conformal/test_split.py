@@ -159,9 +159,7 @@ def test_predict_set_indices_match_mask():
     probs, labels = _dirichlet_data(rng, 300, 6)
     cp = SplitConformalClassifier("aps", 0.2, generator=torch.Generator().manual_seed(1))
     cp.calibrate(probs[:150], labels[:150])
-    cp.generator.manual_seed(5)
     mask = cp.predict_set(probs[150:])
-    cp.generator.manual_seed(5)
     idx = cp.predict_set_indices(probs[150:])
     assert len(idx) == 150
     for row, ind in zip(mask, idx):
@@ -195,6 +193,23 @@ def test_chunked_prediction_equals_one_chunk(score, monkeypatch):
     t2, m2 = run()
     assert t1 == t2
     torch.testing.assert_close(m1, m2)
+
+
+@pytest.mark.parametrize("score", ["aps", "raps"])
+def test_one_predictor_gives_the_same_sets_on_every_call(score):
+    # issue 20: two predict_set calls on the same rows differed in 112 of 450 rows
+    rng = np.random.default_rng(8)
+    probs, labels = _dirichlet_data(rng, 900, 10)
+    cp = SplitConformalClassifier(score, 0.1).calibrate(probs[:450], labels[:450])
+    first = cp.predict_set(probs[450:])
+    assert torch.equal(first, cp.predict_set(probs[450:]))
+    assert torch.equal(first, SplitConformalClassifier(score, 0.1).calibrate(
+        probs[:450], labels[:450]).predict_set(probs[450:]))  # fmt: skip
+    # a row's uniform follows its position in the batch (the predict stream, re-seeded per call)
+    assert torch.equal(first[:100], cp.predict_set(probs[450:550]))
+    # seed=None: each predictor draws its own seed once, then keeps it
+    fresh = SplitConformalClassifier(score, 0.1, seed=None).calibrate(probs[:450], labels[:450])
+    assert torch.equal(fresh.predict_set(probs[450:]), fresh.predict_set(probs[450:]))
 
 
 def test_randomized_sets_follow_the_generator():
@@ -265,13 +280,16 @@ def splits():
     return probs, labels
 
 
-def _coverages(splits, alpha, class_conditional=False, **config):
+def _coverages(splits, alpha, class_conditional=False, fixed_seed=False, **config):
+    """Mean coverage over the splits; ``fixed_seed``: every split with the default seed 0 (the
+    same uniforms at every split), else a fresh seed per split from one generator."""
     probs, labels = splits
     g = torch.Generator().manual_seed(0)
     marginal, per_class = [], []
     for p, y in zip(probs, labels):
+        source = {} if fixed_seed else {"generator": g}
         cp = SplitConformalClassifier(
-            alpha=alpha, class_conditional=class_conditional, generator=g, **config
+            alpha=alpha, class_conditional=class_conditional, **source, **config
         )
         sets = cp.calibrate(p[:500], y[:500]).predict_set(p[500:])
         marginal.append(coverage(sets, y[500:]))
@@ -288,6 +306,16 @@ def test_marginal_coverage_over_200_splits(splits, config):
     assert mean_cov >= 1 - alpha - 0.005
     # continuous scores: coverage is also at most 1 - alpha + 1 / (n + 1) in expectation
     assert mean_cov <= 1 - alpha + 1 / 501 + 0.01
+
+
+@pytest.mark.parametrize("config", [c for c in _CONFIGS if "randomized" in c.id])
+def test_marginal_coverage_with_the_default_seed_at_every_split(splits, config):
+    # the default seed reuses the same uniforms at every split: over the data alone the
+    # randomised sets still cover at the nominal level (each position's uniform is one draw of
+    # U(0, 1), independent of the data; calibration and prediction use independent streams)
+    alpha = 0.1
+    mean_cov, _ = _coverages(splits, alpha, fixed_seed=True, **config)
+    assert 1 - alpha - 0.005 <= mean_cov <= 1 - alpha + 1 / 501 + 0.01
 
 
 @pytest.mark.parametrize("config", _CONFIGS)

@@ -174,3 +174,88 @@ def test_batch_size_with_a_loader_and_mapping_inputs() -> None:
     conv = Ensemble.from_models([nn.Sequential(nn.Conv1d(2, 3, 1), nn.Flatten())])
     cube = torch.randn(4, 2, 5).tolist()
     assert conv.predict_members(cube).shape == (1, 4, 15)
+
+
+# --------------------------------------------------------------- dict and tuple batches
+class _DictDataset(torch.utils.data.Dataset):
+    """Items ``{"image": x_i, "label": y_i}``, as torchvision-style / HF datasets give them."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray) -> None:
+        self.x, self.y = torch.from_numpy(x).float(), torch.from_numpy(y)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int) -> dict:
+        return {"image": self.x[i], "label": self.y[i]}
+
+
+@pytest.mark.parametrize("make", _ensembles())
+def test_dict_loader_with_input_and_label_keys(make) -> None:
+    ens = make()
+    x, y = _data()
+    loader = DataLoader(_DictDataset(x, y), batch_size=7)  # default collate: dicts of batches
+    reference = ens.predict_member_probs(torch.from_numpy(x).float())
+    probs, labels = ens.predict_with_labels(loader, input_key="image", label_key="label")
+    torch.testing.assert_close(probs, reference, rtol=0, atol=1e-6)
+    assert labels.tolist() == y.tolist()
+    mean = ens.predict_proba(loader, input_key="image")
+    torch.testing.assert_close(mean, reference.mean(0), rtol=0, atol=1e-6)
+    log_mean = ens.predict_log_proba(loader, input_key="image", label_key="label")
+    torch.testing.assert_close(log_mean.exp(), mean, rtol=1e-5, atol=1e-7)
+    fn_probs, fn_labels = ens.predict_with_labels(
+        loader, batch_fn=lambda b: (b["image"], b["label"])
+    )
+    torch.testing.assert_close(fn_probs, probs, rtol=0, atol=0)
+    assert torch.equal(fn_labels, labels)
+
+
+def test_tuple_batches_by_position() -> None:
+    ens = Ensemble.from_models([_mlp(0)], packed=False)
+    x, y = _data()
+    xt, yt = torch.from_numpy(x).float(), torch.from_numpy(y)
+    swapped = [(yt[:20], xt[:20]), (yt[20:], xt[20:])]  # (y, x) batches
+    probs, labels = ens.predict_with_labels(swapped, input_key=1, label_key=0)
+    torch.testing.assert_close(probs, ens.predict_member_probs(xt), rtol=0, atol=1e-6)
+    assert torch.equal(labels, yt)
+
+
+def test_dict_batches_without_keys_say_which_option_to_pass() -> None:
+    ens = Ensemble.from_models([_mlp(0)], packed=False)
+    x, y = _data()
+    loader = DataLoader(_DictDataset(x, y), batch_size=8)
+    with pytest.raises(ValueError, match=r"a dict batch \(keys 'image', 'label'\).*input_key="):
+        ens.predict_proba(loader)  # the whole dict went to an nn.Linear
+    with pytest.raises(ValueError, match="without labels; for dict batches pass label_key="):
+        ens.predict_with_labels(loader, input_key="image")
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"input_key": "img"}, r"`input_key` must name an entry .*got 'img'; batch 0 has 'image'"),
+        ({"input_key": 3.5}, "`input_key` must be a dict key"),
+        ({"input_key": True}, "`input_key` must be a dict key"),
+        ({"input_key": "image", "batch_fn": lambda b: b}, "`batch_fn` must be given without"),
+        ({"batch_fn": 5}, "`batch_fn` must be callable"),
+        ({"input_key": 0}, r"`input_key` must name an entry .*got 0;"),
+    ],
+)
+def test_bad_batch_options(options, match) -> None:
+    ens = Ensemble.from_models([_mlp(0)], packed=False)
+    x, y = _data()
+    with pytest.raises(ValueError, match=f"Ensemble.predict_proba: {match}"):
+        ens.predict_proba(DataLoader(_DictDataset(x, y), batch_size=8), **options)
+
+
+def test_keys_refused_for_one_array() -> None:
+    ens = Ensemble.from_models([_mlp(0)], packed=False)
+    tuples = [(torch.randn(3, 4), torch.zeros(3, dtype=torch.long))]
+    with pytest.raises(ValueError, match="a str key needs dict batches .*got a tuple batch 0"):
+        ens.predict_proba(tuples, input_key="image")
+    with pytest.raises(ValueError, match="`label_key` must be a position .*got 2; batch 0 has 2"):
+        ens.predict_with_labels(tuples, label_key=2)
+    with pytest.raises(ValueError, match="`input_key` / `label_key` read dict or tuple batches"):
+        ens.predict_proba(torch.randn(4, 4), input_key="image")
+    out = ens.predict_proba(torch.randn(4, 4), batch_fn=lambda b: b * 0)  # batch_fn: any input
+    torch.testing.assert_close(out, ens.predict_proba(torch.zeros(4, 4)))

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from bensemble.methods import train_ensemble
+from bensemble.methods import MemberBackend, train_ensemble
 
 
 def _data():
@@ -39,7 +39,9 @@ def _assert_same_members(a, b):
 @pytest.mark.slow
 def test_joblib_backend_matches_sequential(tmp_path):
     before = torch.get_num_threads()
-    _assert_same_members(_train(), _train(backend="joblib", n_jobs=2, temp_dir=tmp_path))
+    _assert_same_members(
+        _train(), _train(backend=MemberBackend("joblib", n_jobs=2, temp_dir=tmp_path))
+    )
     assert torch.get_num_threads() == before
 
 
@@ -50,7 +52,7 @@ def test_ray_backend_matches_sequential():
         pytest.skip("a Ray instance is already running in this process")
     temp = tempfile.mkdtemp(prefix="bray", dir="/tmp")  # short: Ray's socket paths are limited
     try:
-        members = _train(backend="ray", n_jobs=2, temp_dir=temp)
+        members = _train(backend=MemberBackend("ray", n_jobs=2, temp_dir=temp))
         assert not ray.is_initialized()  # we shut down the instance we started
         _assert_same_members(_train(), members)
     finally:
@@ -60,5 +62,7 @@ def test_ray_backend_matches_sequential():
 def test_backend_options_are_checked():
     with pytest.raises(ValueError, match="train_ensemble: `backend` must be one of 'sequential'"):
         _train(backend="dask")
-    with pytest.raises(ValueError, match="train_ensemble: `n_jobs` must be"):
-        _train(backend="joblib", n_jobs=0)
+    with pytest.raises(ValueError, match="MemberBackend: `n_jobs` must be"):
+        _train(backend=MemberBackend("joblib", n_jobs=0))
+    with pytest.raises(ValueError, match="train_ensemble: `backend` must be one of"):
+        _train(backend=3)

@@ -591,11 +591,11 @@ BAD_PROB_INPUTS = [
         id="rows-not-summing",
     ),
     pytest.param(np.ones((2, 1)), _Y, "`probs` must have at least 2 classes", id="one-class"),
-    pytest.param(_P, np.array([0.0, 1.0]), "`targets` must have an integer dtype", id="float-y"),
-    pytest.param(_P, np.array([0, 2]), r"`targets` must lie in \[0, 1\]", id="y-too-big"),
-    pytest.param(_P, np.array([-1, 0]), r"`targets` must lie in \[0, 1\]", id="y-negative"),
-    pytest.param(_P, np.array([0, 1, 1]), "`targets` must have the same length", id="length"),
-    pytest.param(_P, np.array([[0], [1]]), "`targets` must be 1-D", id="y-2d"),
+    pytest.param(_P, np.array([0.0, 1.0]), "`labels` must have an integer dtype", id="float-y"),
+    pytest.param(_P, np.array([0, 2]), r"`labels` must lie in \[0, 1\]", id="y-too-big"),
+    pytest.param(_P, np.array([-1, 0]), r"`labels` must lie in \[0, 1\]", id="y-negative"),
+    pytest.param(_P, np.array([0, 1, 1]), "`labels` must have the same length", id="length"),
+    pytest.param(_P, np.array([[0], [1]]), "`labels` must be 1-D", id="y-2d"),
     pytest.param("probs", _Y, "`probs` must be", id="string"),
 ]
 

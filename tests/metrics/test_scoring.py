@@ -222,16 +222,16 @@ _Y = np.array([0, 1])
             id="sum",
         ),
         pytest.param(
-            _P, np.array([0.0, 1.0]), "`targets` must have an integer dtype", id="float-labels"
+            _P, np.array([0.0, 1.0]), "`labels` must have an integer dtype", id="float-labels"
         ),
         pytest.param(
             _P,
             np.array([0, 5]),
-            r"`targets` must lie in \[0, 1\] \(got values in "
+            r"`labels` must lie in \[0, 1\] \(got values in "
             r"\[0, 5\]\)",
             id="labels-out-of-range",
         ),
-        pytest.param(_P, np.array([0]), "`targets` must have the same length", id="length"),
+        pytest.param(_P, np.array([0]), "`labels` must have the same length", id="length"),
     ],
 )
 def test_bad_inputs_raise_value_error_naming_argument(fn, probs, targets, match):

@@ -168,7 +168,8 @@ def test_selective_confidence_matches_numpy():
     "confidence, correct, arg",
     [
         pytest.param([0.1, float("nan")], [0, 1], "confidence", id="nan"),
-        pytest.param([[0.1, 0.2]], [0, 1], "confidence", id="2-D"),
+        pytest.param([[0.1, 0.2]], [0, 1], "probs", id="2-D-is-probs"),
+        pytest.param([[[[0.1, 0.2]]]], [0, 1], "confidence", id="4-D"),
         pytest.param([], [], "confidence", id="empty"),
         pytest.param([0.1, 0.2], [0, 2], "correct", id="non-binary"),
         pytest.param([0.1, 0.2], [0, 1, 1], "correct", id="length"),

@@ -127,7 +127,7 @@ def test_errors_name_the_problem():
         CalibrationErrorMeter().merge(3)
     with pytest.raises(ValueError, match="update: `probs` must have rows summing to 1"):
         CalibrationErrorMeter().update(torch.tensor([[2.0, 1.0]]) / 4, torch.tensor([0]))
-    with pytest.raises(ValueError, match="update: `targets` must have an integer dtype"):
+    with pytest.raises(ValueError, match="update: `labels` must have an integer dtype"):
         CalibrationErrorMeter().update(torch.tensor([[0.5, 0.5]]), torch.tensor([0.0]))
 
 

@@ -62,6 +62,15 @@ def _bayes_net() -> nn.Module:
 
 CALL_CASES: list[CallCase] = [
     CallCase(
+        "MemberBackend",
+        lambda: methods.MemberBackend("joblib", n_jobs=2),
+        [
+            (lambda: methods.MemberBackend("dask"), "name"),
+            (lambda: methods.MemberBackend("ray", n_jobs=0), "n_jobs"),
+            (lambda: methods.MemberBackend("ray", temp_dir=3), "temp_dir"),
+        ],
+    ),  # fmt: skip
+    CallCase(
         "bernoulli_mask",
         lambda: layers.bernoulli_mask((3, 2), 0.5, generator=_g()),
         [

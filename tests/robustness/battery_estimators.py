@@ -99,6 +99,31 @@ def _scaler(cls: type, *args: Any) -> EstimatorCase:
     )
 
 
+def _calibrator(cls: type, **kw: Any) -> EstimatorCase:
+    """A calibrator of probabilities: refuses to predict before ``fit``."""
+    return EstimatorCase(
+        cls.__name__,
+        lambda: cls(**kw),
+        lambda est, bad: est.fit(*_probs(bad)),
+        lambda est: est.predict_proba(_probs()[0][:5]),
+    )
+
+
+def _recalibrator() -> EstimatorCase:
+    def members(bad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        z, y = _logits(bad)
+        shifts = torch.tensor([0.0, 0.6, -0.4], dtype=z.dtype)[:, None, None]
+        return (z + shifts * torch.randn(3, 1, 3, generator=_g(13))).softmax(-1), y
+
+    return EstimatorCase(
+        "EpistemicRecalibrator",
+        cal.EpistemicRecalibrator,
+        lambda est, bad: est.fit(*members(bad)),
+        lambda est: est.transform(members()[0][:, :5]),
+        step=None,  # an unfitted recalibrator is the identity map
+    )
+
+
 def _regression_net() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 1))
@@ -162,8 +187,8 @@ def _nes_sampler() -> EstimatorCase:
 def _conformal() -> EstimatorCase:
     return EstimatorCase(
         "SplitConformalClassifier",
-        # randomized sets draw from the generator on every predict_set: deterministic sets here
-        lambda: conf.SplitConformalClassifier("aps", alpha=0.2, randomized=False),
+        # randomised sets are re-seeded for every predict_set: repeated predictions agree
+        lambda: conf.SplitConformalClassifier("aps", alpha=0.2),
         lambda est, bad: est.calibrate(*_probs(bad)),
         lambda est: est.predict_set(_probs()[0][:5]),
         step="calibrate",
@@ -248,6 +273,11 @@ ESTIMATOR_CASES: list[EstimatorCase] = [
     _scaler(cal.TemperatureScaling),
     _scaler(cal.VectorScaling, 3),
     _scaler(cal.MatrixScaling, 3),
+    _calibrator(cal.IsotonicCalibration),
+    _calibrator(cal.HistogramBinningCalibration, n_bins=5),
+    _calibrator(cal.BetaCalibration),
+    _calibrator(cal.DirichletCalibration, off_diagonal_l2=1e-2, intercept_l2=1e-2),
+    _recalibrator(),
     _conformal(),
     _sklearn_style(methods.BayesianLogisticRegression, n_samples=20, burn_in=10, seed=0),
     _sklearn_style(methods.Centroids),

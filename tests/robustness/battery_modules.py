@@ -19,7 +19,16 @@ import torch
 from torch import nn
 
 from bensemble import Ensemble, losses
-from bensemble.calibration import MatrixScaling, TemperatureScaling, VectorScaling
+from bensemble.calibration import (
+    BetaCalibration,
+    DirichletCalibration,
+    EpistemicRecalibrator,
+    HistogramBinningCalibration,
+    IsotonicCalibration,
+    MatrixScaling,
+    TemperatureScaling,
+    VectorScaling,
+)
 from bensemble.core import ExplicitMembers, PackedMembers, SklearnMembers, StochasticMembers
 from bensemble.layers import BayesianConv2d, BayesianLinear, DropConnectLinear
 from bensemble.methods import PBPEngine, PBPNet, ProbLinear, make_mlp
@@ -181,6 +190,30 @@ def _calibrate(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return module(x)
 
 
+def _fitted_calibrator(make: Callable[[], nn.Module]) -> Callable[[int], nn.Module]:
+    """A calibrator of probabilities fitted on seed-dependent over-confident predictions."""
+
+    def build(seed: int) -> nn.Module:
+        g = torch.Generator().manual_seed(seed)
+        y = torch.randint(0, 3, (200,), generator=g)
+        z = torch.randn(200, 3, generator=g) + 1.5 * torch.nn.functional.one_hot(y, 3)
+        return make().fit((2.0 * z).softmax(-1), y)
+
+    return build
+
+
+def _probs_in(*shape: int) -> Callable[[], tuple]:
+    return lambda: ((torch.randn(*shape, generator=torch.Generator().manual_seed(99))).softmax(-1),)
+
+
+def _recalibrator(seed: int) -> nn.Module:
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, 3, (200,), generator=g)
+    z = torch.randn(200, 3, generator=g) + 1.5 * torch.nn.functional.one_hot(y, 3)
+    members = (z + 0.8 * torch.randn(4, 200, 3, generator=g)).softmax(-1)
+    return EpistemicRecalibrator().fit(members, y)
+
+
 _VALUES = "checks the values of its input (finite logits), which meta tensors do not have"
 _NO_META_NOISE = "draws its members from CPU generators: no noise can be drawn on 'meta'"
 _SKLEARN = "the scikit-learn trees are Python objects outside the state_dict"
@@ -307,6 +340,24 @@ MODULE_CASES: list[ModuleCase] = [
         "MatrixScaling",
         _seeded(lambda: _perturbed(MatrixScaling(3))),
         _x(5, 3),
+        meta_forward=False,
+        why=_VALUES,
+    ),
+    *[
+        ModuleCase(
+            cls.__name__, _fitted_calibrator(cls), _probs_in(5, 3), meta_forward=False, why=_VALUES
+        )  # fmt: skip
+        for cls in (
+            IsotonicCalibration,
+            HistogramBinningCalibration,
+            BetaCalibration,
+            DirichletCalibration,
+        )
+    ],
+    ModuleCase(
+        "EpistemicRecalibrator",
+        _recalibrator,
+        lambda: (torch.randn(4, 5, 3, generator=torch.Generator().manual_seed(99)).softmax(-1),),
         meta_forward=False,
         why=_VALUES,
     ),

@@ -34,6 +34,7 @@ DECLARED: dict[str, str] = {
     "__version__": "a version string",
     "DROPOUT_TYPES": "a tuple of torch dropout classes (used by StochasticMembers' battery cases)",
     "DEFAULT_TEMPERATURE_BOUNDS": "a tuple of two floats (the default of fit_temperature)",
+    "DEFAULT_SPREAD_BOUNDS": "a tuple of two floats (the default of EpistemicRecalibrator)",
     "SCORES": "a tuple of option names (the `score` options of SplitConformalClassifier)",
     "BAYES_ERROR": "a float constant of the toy problem",
     "REGRESSION_TOY_RANGE": "the (low, high) support of the regression toy's x",

@@ -22,7 +22,7 @@ import torch
 
 from bensemble import calibration as cal
 from bensemble import conformal as conf
-from bensemble import datasets, losses, metrics, utils
+from bensemble import datasets, losses, metrics, plots, utils
 from bensemble import uncertainty as unc
 from bensemble.metrics import intervals
 
@@ -95,6 +95,31 @@ def _matrix_fit(logits, labels):
     return cal.MatrixScaling(k).fit(logits, labels, max_iter=20)(logits).detach()
 
 
+def _calibrated(make: Callable[..., Any], **kw: Any) -> Callable[[Any, Any], Any]:
+    """Fit a calibrator of probabilities and return its calibrated training predictions."""
+
+    def run(probs, labels):
+        return make(**kw).fit(probs, labels).transform(probs)
+
+    return run
+
+
+def _recalibrated(**kw: Any) -> Callable[[Any, Any], Any]:
+    def run(member_probs, labels):
+        recal = cal.EpistemicRecalibrator(max_iter=30, **kw).fit(member_probs, labels)
+        return recal.transform(member_probs), recal.predict_proba(member_probs)
+
+    return run
+
+
+def _scaled_proba(make: Callable[[int], Any]) -> Callable[[Any, Any], Any]:
+    def run(logits, labels):
+        k = np.shape(logits)[-1] if not isinstance(logits, torch.Tensor) else logits.shape[-1]
+        return make(k).fit(logits, labels, max_iter=20).predict_proba(logits)
+
+    return run
+
+
 def _conformal(score: str, class_conditional: bool = False, randomized: bool = True):
     def run(probs, labels):
         predictor = conf.SplitConformalClassifier(
@@ -109,8 +134,8 @@ def _conformal(score: str, class_conditional: bool = False, randomized: bool = T
     return run
 
 
-def _meter(probs, targets):
-    return metrics.CalibrationErrorMeter(n_bins=5).update(probs, targets).compute()
+def _meter(probs, labels):
+    return metrics.CalibrationErrorMeter(n_bins=5).update(probs, labels).compute()
 
 
 def _gaussian_nll(preds, target):
@@ -172,9 +197,6 @@ CHECKS: dict[str, Callable[[Any, Case], None]] = {
     "binned_calibration_stats": _binned,
     "reliability_diagram": _reliability,
     "assign_bins": _bin_ids,
-    "aurc": _in(0, 1),
-    "excess_aurc": _in(0, 1),
-    "risk_coverage_curve": _tensors_in(-math.inf, math.inf),
     "selective_confidence": _tensors_in(-math.inf, math.inf),
     "auroc": _in(0, 1),
     "aupr": _in(0, 1),
@@ -206,18 +228,18 @@ OVERRIDES: list[Entry] = [
     # scoring
     Entry(
         "negative_log_likelihood[from_logits]",
-        lambda probs, targets: metrics.negative_log_likelihood(probs, targets, from_logits=True),
-        {"probs": "logits", "targets": L},
+        lambda probs, labels: metrics.negative_log_likelihood(probs, labels, from_logits=True),
+        {"probs": "logits", "labels": L},
         _in(0, math.inf),
     ),
     # calibration errors
     Entry(
         "expected_calibration_error[from_logits]",
-        lambda probs, targets: metrics.expected_calibration_error(probs, targets, from_logits=True),
-        {"probs": "logits", "targets": L},
+        lambda probs, labels: metrics.expected_calibration_error(probs, labels, from_logits=True),
+        {"probs": "logits", "labels": L},
         _in(0, 1),
     ),
-    Entry("CalibrationErrorMeter", _meter, {"probs": P, "targets": L}, _in(0, 1)),
+    Entry("CalibrationErrorMeter", _meter, {"probs": P, "labels": L}, _in(0, 1)),
     # epistemic calibration
     Entry(
         "expected_epistemic_calibration_error",
@@ -280,7 +302,35 @@ OVERRIDES: list[Entry] = [
         names=("n_bins",),
         max_k=50,
     ),
-    # selective prediction
+    # selective prediction: (confidence, correct) and (probs, labels)
+    Entry("aurc", metrics.aurc, {"confidence": "conf", "correct": "correct"}, _in(0, 1)),
+    Entry(
+        "excess_aurc", metrics.excess_aurc, {"confidence": "conf", "correct": "correct"}, _in(0, 1)
+    ),
+    Entry(
+        "risk_coverage_curve",
+        metrics.risk_coverage_curve,
+        {"confidence": "conf", "correct": "correct"},
+        _tensors_in(-math.inf, math.inf),
+    ),
+    Entry(
+        "aurc[probs]",
+        lambda probs, labels: metrics.aurc(probs, labels),
+        {"probs": P, "labels": L},
+        _in(0, 1),
+    ),
+    Entry(
+        "plot_risk_coverage",
+        plots.plot_risk_coverage,
+        {"confidence": "conf", "correct": "correct"},
+        lambda value, case: _finite_result(value, case),
+    ),
+    Entry(
+        "risk_coverage_curve[probs]",
+        lambda probs, labels: metrics.risk_coverage_curve(probs=probs, labels=labels),
+        {"probs": P, "labels": L},
+        _tensors_in(0, 1),
+    ),
     Entry(
         "coverage_at_risk",
         lambda confidence, correct: metrics.coverage_at_risk(confidence, correct, 0.2),
@@ -339,6 +389,71 @@ OVERRIDES: list[Entry] = [
         _same_shape_as_input,
         names=("num_classes",),
         max_k=200,
+    ),
+    Entry(
+        "TemperatureScaling.predict_proba",
+        _scaled_proba(lambda k: cal.TemperatureScaling()),
+        {"logits": "logits", "labels": L},
+        _tensors_in(0, 1),
+    ),
+    Entry(
+        "VectorScaling.predict_proba",
+        _scaled_proba(cal.VectorScaling),
+        {"logits": "logits", "labels": L},
+        _tensors_in(0, 1),
+        names=("num_classes",),
+        max_k=200,
+    ),
+    # calibrators of probabilities
+    Entry(
+        "IsotonicCalibration.fit",
+        _calibrated(cal.IsotonicCalibration),
+        {"probs": P, "labels": L},
+        _tensors_in(0, 1),
+    ),
+    Entry(
+        "IsotonicCalibration[from_logits]",
+        _calibrated(cal.IsotonicCalibration, from_logits=True),
+        {"probs": "logits", "labels": L},
+        _tensors_in(0, 1),
+    ),
+    Entry(
+        "HistogramBinningCalibration.fit",
+        _calibrated(cal.HistogramBinningCalibration, n_bins=5),
+        {"probs": P, "labels": L},
+        _tensors_in(0, 1),
+    ),
+    Entry(
+        "BetaCalibration.fit",
+        _calibrated(cal.BetaCalibration, max_iter=30),
+        {"probs": P, "labels": L},
+        _tensors_in(0, 1),
+    ),
+    Entry(
+        "BetaCalibration[from_logits]",
+        _calibrated(cal.BetaCalibration, max_iter=30, from_logits=True),
+        {"probs": "logits", "labels": L},
+        _tensors_in(0, 1),
+    ),
+    Entry(
+        "DirichletCalibration.fit",
+        _calibrated(cal.DirichletCalibration, off_diagonal_l2=1e-2, max_iter=30),
+        {"probs": P, "labels": L},
+        _tensors_in(0, 1),
+        max_k=200,
+    ),
+    # member predictions
+    Entry(
+        "EpistemicRecalibrator.fit",
+        _recalibrated(),
+        {"member_probs": MEM, "labels": L},
+        _tensors_in(0, 1),
+    ),
+    Entry(
+        "EpistemicRecalibrator[binary]",
+        _recalibrated(binary=True),
+        {"member_probs": "binary_member", "labels": "binary_labels"},
+        _tensors_in(0, 1),
     ),
     # uncertainty decompositions
     Entry(

@@ -203,10 +203,7 @@ PLOT_FUNCTIONS: dict[str, Callable[[bool], Any]] = {
 
 #: "<name>" -> reason: a NaN input is drawn instead of refused (strict xfail of the NaN check;
 #: plots/ is other work: remove the line when the fix lands).
-KNOWN_DEFECTS = {
-    "EECEvsECEDisplay": "from_rows accepts a NaN `ece` / `eece` and plots nothing for it",
-    "plot_eece_vs_ece": "accepts a NaN `ece` / `eece` and plots nothing for it",
-}
+KNOWN_DEFECTS: dict[str, str] = {}
 
 
 def _nan_param(name: str) -> Any:

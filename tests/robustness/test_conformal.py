@@ -139,10 +139,13 @@ def test_non_randomized_scores_are_the_mass_ranked_strictly_above():
 
 # ---------------------------------------------------------------------- seed= beside generator=
 def test_seed_gives_the_generator_sets():
+    # a generator draws the predictor's integer seed once: the predictor then behaves exactly as
+    # one built with that seed
     probs, labels = _confident_case()
-    by_seed = SplitConformalClassifier("aps", 0.1, seed=7).calibrate(probs[:500], labels[:500])
     by_gen = SplitConformalClassifier("aps", 0.1, generator=torch.Generator().manual_seed(7))
     by_gen.calibrate(probs[:500], labels[:500])
+    by_seed = SplitConformalClassifier("aps", 0.1, seed=by_gen.seed_)
+    by_seed.calibrate(probs[:500], labels[:500])
     assert by_seed.threshold_ == by_gen.threshold_
     assert torch.equal(by_seed.predict_set(probs[500:900]), by_gen.predict_set(probs[500:900]))
 

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import settings
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 import bensemble
@@ -377,3 +378,21 @@ def test_every_module_imports_first_in_a_fresh_interpreter():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == ""
+
+
+def _settings_chain_length(settings_object) -> int:
+    length = 0
+    while settings_object is not None:
+        length += 1
+        settings_object = getattr(settings_object, "_fallback", None)
+    return length
+
+
+@pytest.mark.parametrize("case", range(30))
+@settings(max_examples=1)
+@given(value=st.integers(0, 1))
+def test_parametrized_hypothesis_settings_do_not_chain(case, value):
+    """tests/conftest.py keeps hypothesis' per-call settings wrap from growing with the cases."""
+    own = test_parametrized_hypothesis_settings_do_not_chain._hypothesis_internal_use_settings
+    # decorator's settings -> profile -> hypothesis' defaults, plus the plugin's one wrap per call
+    assert _settings_chain_length(own) <= 6, f"case {case}: chain of {_settings_chain_length(own)}"

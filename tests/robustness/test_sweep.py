@@ -334,6 +334,7 @@ def test_registry_covers_the_public_array_api():
         "CalibrationFitError",
         "TemperatureFit",
         "DEFAULT_TEMPERATURE_BOUNDS",
+        "DEFAULT_SPREAD_BOUNDS",
         "SCORES",
         "SizeStratifiedCoverage",
         "CalibrationSplit",
