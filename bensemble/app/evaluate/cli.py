@@ -140,6 +140,9 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
         help="replace an earlier report in --out (a folder holding other files is never replaced)",
     )
     p.add_argument("--json", action="store_true", help="print JSON to stdout instead of tables")
+    from bensemble.app.evaluate.cli_options import add_task_options
+
+    add_task_options(p)
     p.add_argument(
         "--no-progress",
         action="store_true",
@@ -313,6 +316,7 @@ def _options(args: argparse.Namespace):
         bootstrap=args.bootstrap,
         chunk_size=args.chunk_size or "auto",
         progress=not getattr(args, "no_progress", False),
+        recalibrate_epistemic=bool(getattr(args, "recalibrate_epistemic", False)),
     )
     return options.checked(fn)
 
@@ -350,6 +354,7 @@ def _evaluate_args(args: argparse.Namespace, out: Path | None, timings):
             split=options.calibration_split is not None,
             per_class=source.k <= MAX_PER_CLASS,
             intervals=options.bootstrap > 0,
+            recalibrated=options.recalibrate_epistemic,
         )
         _check_out(out, inputs, files, args.overwrite)
     return evaluate_source(
