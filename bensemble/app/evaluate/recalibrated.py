@@ -138,9 +138,10 @@ def combined(before: Evaluation, after: Evaluation, recalibrator: Any, n_fit: in
     before.recalibration_details = after.eece_details
     before.setup["recalibrate_epistemic"] = True
     if recalibrator.at_boundary_:
+        ends = ", ".join(recalibrator.at_boundary_)
         before.notes.append(
-            f"The epistemic recalibration's fit reached a bound ({', '.join(recalibrator.at_boundary_)}"
-            f"): T = {t:.4g}, s = {s:.4g}. At s_min the members' disagreement did not improve "
+            f"The epistemic recalibration's fit reached a bound ({ends}): T = {t:.4g}, "
+            f"s = {s:.4g}. At s_min the members' disagreement did not improve "
             "the pooled NLL on the temperature half, so the recalibrated members all but "
             "coincide; keep the raw members' EU where you rank by it."
         )
