@@ -197,6 +197,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
     nothing is written. On a terminal, one line per stage says where the time went, from
     starting Python to writing the folder.
     """
+    if getattr(args, "task", "classification") == "regression":
+        from bensemble.app.evaluate.regression_cli import run_regression
+
+        return run_regression(args)
     from bensemble.app.evaluate.timing import Timings, process_seconds
 
     timings = Timings(enabled=not getattr(args, "no_progress", False))

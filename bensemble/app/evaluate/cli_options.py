@@ -32,3 +32,17 @@ def add_task_options(p: argparse.ArgumentParser) -> None:
         help="classification (LABELS are integers; default) or regression (PREDICTIONS are "
         "member predictions [M, N] or [M, N, 2] (mean, variance), LABELS real targets [N])",
     )
+    p.add_argument(
+        "--regression-score",
+        choices=("absolute", "normalized"),
+        default="absolute",
+        help="--task regression: conformity score of the split-conformal intervals, |y - mean| "
+        "(absolute) or |y - mean| / sigma (normalized by the predicted total spread)",
+    )
+    p.add_argument(
+        "--n-levels",
+        type=int,
+        default=100,
+        metavar="L",
+        help="--task regression: grid size of the calibration curve (100)",
+    )
