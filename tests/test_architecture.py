@@ -32,7 +32,6 @@ def edges() -> dict[str, set[str]]:
     return layers.import_graph(PACKAGE)
 
 
-@pytest.mark.xfail(strict=True, reason="app/evaluate_*.py ring: branch wt-evaluate removes it")
 def test_no_import_circles(edges):
     assert layers.cycles(edges) == []
 
@@ -60,7 +59,6 @@ def test_the_checks_can_fail():
     assert layers.upward_imports(planted) == [("bensemble.metrics.a", "bensemble.app.b")]
 
 
-@pytest.mark.xfail(strict=True, reason="app/evaluate.py (403): branch wt-evaluate splits it")
 def test_modules_are_at_most_400_lines():
     long = {
         str(path.relative_to(ROOT)): n
@@ -101,7 +99,6 @@ def _public_callables():
                         yield f"{obj.__module__}.{obj.__qualname__}.{attr}", func
 
 
-@pytest.mark.xfail(strict=True, reason="the EECE's 21 K-means keywords: branch wt-kmeans")
 def test_public_functions_take_at_most_12_parameters():
     too_many = {}
     for name, func in _public_callables():
