@@ -52,7 +52,7 @@ def split_eval(problem):
 
 
 def _close(a, b):
-    assert a == pytest.approx(b, rel=1e-10, abs=1e-12)
+    assert a == pytest.approx(b, rel=1e-9, abs=1e-12)
 
 
 def test_numbers_equal_the_one_shot_functions_on_the_test_part(problem, split_eval):
