@@ -294,10 +294,12 @@ def _options(args: argparse.Namespace):
     from bensemble import _validation as V
     from bensemble._options import check_seed
     from bensemble.app.bootstrap import check_bootstrap
+    from bensemble.app.evaluate.cli_options import check_classification_args
     from bensemble.app.evaluate.options import EvaluateOptions
     from bensemble.io import InputError
 
     fn = PROG
+    check_classification_args(args)
     V.check_probability(args.alpha, "--alpha", fn)
     V.check_n_bins(args.n_bins, fn, name="--n-bins")
     if args.n_bins > MAX_BINS:  # per-bin arrays: 2**40 bins would reach the allocator

@@ -46,3 +46,17 @@ def add_task_options(p: argparse.ArgumentParser) -> None:
         metavar="L",
         help="--task regression: grid size of the calibration curve (100)",
     )
+
+
+#: Regression-only options and their defaults: given with --task classification, they are refused.
+REGRESSION_ONLY = {"regression_score": "absolute", "n_levels": 100}
+
+
+def check_classification_args(args: argparse.Namespace) -> None:
+    """Refuse regression-only options on a classification run (``InputError``, one line)."""
+    from bensemble.io import InputError
+
+    for name, default in REGRESSION_ONLY.items():
+        if getattr(args, name, default) != default:
+            option = "--" + name.replace("_", "-")
+            raise InputError(f"{option} applies to --task regression only")
