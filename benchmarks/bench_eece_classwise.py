@@ -23,8 +23,11 @@ scaled to ``K`` (the per-class fits are independent; ``--full-loop``: all of the
 each timed class's within-bin sum of squares (K-means inertia) of our bins over the loop's -
 worst class and mean; ``identical`` counts the classes whose bins equal the loop's.
 
-Run: ``python benchmarks/bench_eece_classwise.py [--quick] [--full-loop] [--loop-classes S]``
-(``--quick``: K = 200 only, prints without writing ``benchmarks/results.md``).
+Run: ``python benchmarks/bench_eece_classwise.py [--quick] [--full-loop] [--loop-classes S]
+[--classes S]`` (``--quick``: K = 200 only, prints without writing ``benchmarks/results.md``;
+``--classes S``: at K = 1000 both sides run on ``S`` evenly spaced classes of the full run's data
+plus one "rest" class with the remaining probability - the full run's per-class sizes at a tenth
+of the memory and time; the note gives the times scaled to ``K``).
 """
 
 from __future__ import annotations
@@ -57,13 +60,16 @@ WORKLOADS = {
 }
 
 
-def members(name: str, n: int, k: int, seed: int = 0, chunk: int = 2_000):
+def members(name: str, n: int, k: int, seed: int = 0, chunk: int = 2_000, keep=None):
     """``[H, N, K]`` float64 member probabilities (members in the EECE's canonical order, so the
-    EECE does not copy them) and ``[N]`` labels."""
+    EECE does not copy them) and ``[N]`` labels. ``keep``: only these classes of the ``K`` (same
+    per-class data as in the full run) plus one last "rest" class holding the remaining
+    probability: ``[H, N, len(keep) + 1]``, labels of the other classes mapped to the rest."""
     sd, (lo, hi), confusable, member_sd = WORKLOADS[name]
     g = torch.Generator().manual_seed(seed)
     y = torch.randint(k, (n,), generator=g)
-    p = torch.empty(H, n, k, dtype=torch.float64)
+    width = k if keep is None else len(keep) + 1
+    p = torch.empty(H, n, width, dtype=torch.float64)
     for a in range(0, n, chunk):
         b = min(n, a + chunk)
         rows = torch.arange(b - a)
@@ -73,7 +79,17 @@ def members(name: str, n: int, k: int, seed: int = 0, chunk: int = 2_000):
             c = torch.randint(k, (b - a, confusable), generator=g)
             z[rows[:, None], c] += 2.0 + 5.0 * torch.rand(b - a, confusable, generator=g)
         zh = z[None] + member_sd * torch.randn(H, b - a, k, generator=g)
-        p[:, a:b] = torch.softmax(zh.double(), dim=-1)
+        probs = torch.softmax(zh.double(), dim=-1)
+        if keep is None:
+            p[:, a:b] = probs
+        else:
+            kept = probs[:, :, keep]
+            p[:, a:b, :-1] = kept
+            p[:, a:b, -1] = (1.0 - kept.sum(-1)).clamp_min(0.0)
+    if keep is not None:
+        where = torch.full((k,), len(keep), dtype=torch.int64)
+        where[torch.as_tensor(keep)] = torch.arange(len(keep))
+        y = where[y]
     order = canonical_member_order(p)
     if order is not None:
         p = p[order]
@@ -94,10 +110,14 @@ def _timed(fn):
     return time.process_time() - c, time.perf_counter() - t, out
 
 
-def row(name: str, n: int, k: int, loop_classes: int | None) -> _harness.Result:
-    p, y = members(name, n, k)
+def row(name: str, n: int, k: int, loop_classes: int | None, subset: int | None = None):
+    keep = None if subset is None else list(range(0, k, k // subset))[:subset]
+    p, y = members(name, n, k, keep=keep)
     cpu, wall, details = _timed(lambda: eece(p, y, KMeansBinning(), return_details=True))
-    timed = list(range(k)) if loop_classes is None else list(range(0, k, k // loop_classes))
+    if keep is not None:  # both sides on the same kept classes and the rest class
+        loop_classes = None
+    width = p.shape[2]
+    timed = list(range(width)) if loop_classes is None else list(range(0, k, k // loop_classes))
     ours_bins = details.point_bins
 
     def loop():
@@ -107,7 +127,7 @@ def row(name: str, n: int, k: int, loop_classes: int | None) -> _harness.Result:
         ]
 
     loop_cpu, loop_wall, loop_details = _timed(loop)
-    scale = k / len(timed)
+    scale = width / len(timed)
     ratios, identical = [], 0
     for c, d in zip(timed, loop_details, strict=True):
         x = p[:, :, c].T
@@ -115,10 +135,17 @@ def row(name: str, n: int, k: int, loop_classes: int | None) -> _harness.Result:
         identical += int(torch.equal(ours_bins[c], d.point_bins))
     worst, mean = max(ratios), statistics.fmean(ratios)
     sampled = "" if loop_classes is None else f" (loop timed on {len(timed)} classes, x{scale:g})"
+    if keep is not None:
+        sampled = (
+            f"; SUBSET: {len(keep)} evenly spaced classes of the K={k} run + 1 rest class, both "
+            f"sides on these {width}; scaled to K: {loop_cpu * k / width:.0f} s -> "
+            f"{cpu * k / width:.0f} s"
+        )
     iters = details.backend_settings.get("n_iter")
     iters = list(iters) if isinstance(iters, tuple) else [iters]
     return _harness.Result(
-        f"classwise EECE {name}, K={k}, N={n:,}, H={H}, {details.n_bins} bins",
+        f"classwise EECE {name}, K={k}{'' if keep is None else f' (subset {width})'}, N={n:,}, "
+        f"H={H}, {details.n_bins} bins",
         "loop of binary EECEs, 1 thread (CPU s)",
         loop_cpu * scale,
         cpu,
@@ -136,17 +163,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="K = 200 only; print, no file")
     parser.add_argument("--full-loop", action="store_true", help="time the loop on all classes")
     parser.add_argument("--loop-classes", type=int, default=100, help="loop classes at K=1000")
+    parser.add_argument(
+        "--classes",
+        type=int,
+        default=None,
+        help="K=1000: both sides on this many evenly spaced classes (+1 rest class) only",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     warnings.simplefilter("ignore", UserWarning)
-    sizes = [(200, 20_000, None)]
+    sizes = [(200, 20_000, None, None)]
     if not args.quick:
-        sizes.append((1000, 50_000, None if args.full_loop else args.loop_classes))
-    results = [row(name, n, k, s) for k, n, s in sizes for name in WORKLOADS]
+        loop = None if args.full_loop else args.loop_classes
+        sizes.append((1000, 50_000, loop, args.classes))
+    results = [row(name, n, k, s, c) for k, n, s, c in sizes for name in WORKLOADS]
     notes = [
         "both sides in this process with torch.set_num_threads(1); times are CPU seconds "
         "(time.process_time), wall times in the note; command: "
-        "`python benchmarks/bench_eece_classwise.py`",
+        "`python benchmarks/bench_eece_classwise.py"
+        + ("" if args.classes is None else f" --classes {args.classes}")
+        + "`",
         "agreement: within-bin sum of squares of our bins over the loop's, per timed class",
     ]
     if args.quick:

@@ -199,6 +199,7 @@ def bundle_timing(n: int = 200_000, m: int = 5, k: int = 10, slots: int = 200):
     the classwise EECE with ``slots`` fixed bins per class): the report's BootstrapPlan until
     issue 21 vs ReplicateState (chunks of 50,000 rows) + selective_intervals, same run."""
     import _harness
+
     from bensemble.app.bootstrap_stats import register_stage
 
     g = torch.Generator().manual_seed(0)

@@ -3,11 +3,12 @@
 ``expected_epistemic_calibration_error(p, y, n_bins=..., seed=..., backend=..., ...)`` keeps
 working for one release with a :class:`DeprecationWarning`, giving the numbers it gave before:
 each old call builds the :class:`~bensemble.metrics.binning.KMeansBinning` (or
-:class:`~bensemble.metrics.binning.ExplicitBinning`, or fixed cells) that reproduces it,
-including the old default of a seed drawn from torch's global generator when neither ``seed``
-nor ``generator`` was given, and the old rule that ``coreset`` and ``lloyd_rtol`` only
-concerned the classwise fits. A positional third argument (the old ``n_bins``) counts as one of
-them.
+:class:`~bensemble.metrics.binning.ExplicitBinning`, or fixed cells) that reproduces it, with the
+old rule that ``coreset`` and ``lloyd_rtol`` only concerned the classwise fits. One change: an
+old call with neither ``seed`` nor ``generator`` now uses seed 0
+(:data:`bensemble._seeds.DEFAULT_SEED`, the library's rule); ``seed=None`` draws a fresh seed
+from torch's global generator, as the old default did. A positional third argument (the old
+``n_bins``) counts as one of them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from bensemble._seeds import DEFAULT_SEED
 from bensemble._validation import as_labels, check_option, check_positive, check_positive_int
 from bensemble.metrics.binning import ExplicitBinning, KMeansBinning
 from bensemble.metrics.binning._fit import DEFAULT_LLOYD_RTOL, resolve_seed
@@ -25,11 +27,11 @@ from bensemble.metrics.binning.kmeans import KMEANS_DEFAULTS
 __all__ = ["LEGACY_KEYWORDS", "legacy_binning"]
 
 #: The keyword arguments replaced by ``binning=`` (and their old defaults): the K-means options
-#: of :class:`~bensemble.metrics.binning.KMeansBinning`, with a seed drawn from the global
-#: generator and the classwise stopping rule spelt out.
+#: of :class:`~bensemble.metrics.binning.KMeansBinning` (seed: the library's default 0, which a
+#: ``generator`` overrides) and the classwise stopping rule spelt out.
 LEGACY_KEYWORDS: dict[str, Any] = {
     **KMEANS_DEFAULTS,
-    "seed": None,
+    "seed": DEFAULT_SEED,
     "lloyd_rtol": DEFAULT_LLOYD_RTOL,
     "generator": None,
     "bins": None,

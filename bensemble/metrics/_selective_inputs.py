@@ -49,6 +49,10 @@ def selective_inputs(
             f"(got {missing}=None)"
         )
     raw = to_tensor(confidence, "confidence", fn)
+    if raw.numel() == 0 and raw.ndim == 1:  # an empty list: either form, so name both
+        raise ValueError(
+            f"{fn}: `confidence` (or `probs`) must not be empty (got shape {tuple(raw.shape)})"
+        )
     if raw.ndim in (2, 3):
         return _from_probs(raw, correct, fn)
     c = as_float_tensor(raw, "confidence", fn, ndim=1)

@@ -153,19 +153,19 @@ def test_old_and_new_call_forms_agree_bit_for_bit(old, new):
     _same(old(), new())
 
 
-def test_the_old_default_seed_came_from_the_global_generator():
-    """Old calls without seed or generator keep drawing their seed from torch's global RNG
-    (identical draws for identical global states); the new default is a fixed seed."""
-    torch.manual_seed(123)
-    a = _old(PB, Y2, n_bins=8, binary=True)
-    torch.manual_seed(123)
-    b = _old(PB, Y2, n_bins=8, binary=True)
-    assert a.seed == b.seed and a.value == b.value
+def test_old_calls_default_to_seed_zero_and_seed_none_draws_from_the_global_generator():
+    """The library's seed rule (bensemble._seeds) for old calls too: without seed or generator
+    the seed is 0, as in the new form; ``seed=None`` draws it from torch's global RNG (the old
+    default: identical draws for identical global states); a generator wins over the default."""
+    assert _old(PB, Y2, n_bins=8, binary=True).seed == 0 == _new(PB, Y2, binary=True).seed
+    _same(_old(PB, Y2, n_bins=8, binary=True), _old(PB, Y2, n_bins=8, binary=True, seed=0))
     torch.manual_seed(0)
     expected = int(torch.randint(0, 2**62, (1,)))
     torch.manual_seed(0)
-    assert _old(PB, Y2, n_bins=8, binary=True).seed == expected
-    assert _new(PB, Y2, binary=True).seed == 0 == _new(PB, Y2, binary=True).seed
+    assert _old(PB, Y2, n_bins=8, binary=True, seed=None).seed == expected
+    drawn = int(torch.randint(0, 2**62, (1,), generator=torch.Generator().manual_seed(4)))
+    given = _old(PB, Y2, n_bins=8, binary=True, generator=torch.Generator().manual_seed(4))
+    assert given.seed == drawn
 
 
 def test_a_fitted_binning_reused_equals_the_old_kmeans_fit():

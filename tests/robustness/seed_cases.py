@@ -247,6 +247,16 @@ def _eece(option: Option) -> torch.Tensor:
     return torch.tensor(value)
 
 
+def _fit_bins(option: Option) -> torch.Tensor:
+    x = torch.rand(400, 3, generator=_g(5), dtype=torch.float64) ** 3
+    return metrics.fit_bins(x, 12, subsample=200, **option)
+
+
+def _kmeans_binning(option: Option) -> list[torch.Tensor]:
+    members = torch.softmax(torch.randn(3, 300, 3, generator=_g(5)), -1)
+    return metrics.KMeansBinning(10, **option).fit(members).centroids_
+
+
 def _selective(option: Option) -> list[torch.Tensor]:
     confidence = torch.rand(50, generator=_g(7), dtype=torch.float64)
     correct = torch.rand(50, generator=_g(8)) < confidence
@@ -356,6 +366,8 @@ SEED_CASES: list[SeedCase] = [
     SeedCase("regression_epistemic_calibration_error", _regression),
     SeedCase("regression_epistemic_calibration_details", _regression),
     SeedCase("expected_epistemic_calibration_error", _eece),
+    SeedCase("fit_bins", _fit_bins),
+    SeedCase("KMeansBinning", _kmeans_binning),
     SeedCase("EpistemicReliabilityDisplay", _eece_display),
     SeedCase("plot_epistemic_reliability_diagram", _eece_figure),
 ]
@@ -376,9 +388,4 @@ NOT_RANDOM: dict[str, str] = {
 
 #: Names owned by branches still in flight whose default is not fixed on this branch yet
 #: (name -> what lands it). Their cases run as non-strict xfail until the merge.
-PENDING: dict[str, str] = {
-    "expected_epistemic_calibration_error": "wt-kmeans: KMeansBinning(seed=0) is the default",
-    "EpistemicReliabilityDisplay": "wt-kmeans: the display's default binning has seed 0",
-    "plot_epistemic_reliability_diagram": "wt-kmeans: the display's default binning has seed 0",
-    "fit_bins": "wt-kmeans: fit_bins(seed=None) must default to 0 (see the wt-api report)",
-}
+PENDING: dict[str, str] = {}

@@ -89,7 +89,6 @@ def evaluate_predictions(
     conformal_score: str = "lac",
     seed: int = 0,
     bootstrap: int = DEFAULT_BOOTSTRAP,
-    progress: bool = False,
     chunk_size: int | str | None = None,
     from_logits: bool = False,
 ) -> Evaluation:
@@ -110,7 +109,6 @@ def evaluate_predictions(
         seed: seeds the split, the EECE, randomised conformal scores and the bootstrap.
         bootstrap: bootstrap replicates of the 95% intervals (``0``: none; the verdicts then
             read the point estimates).
-        progress: one line per stage with its time on stderr (only on a terminal).
         chunk_size: samples per read (``None``: the whole input as one chunk; ``"auto"``:
             about 2^18 values per chunk); the numbers do not depend on it beyond float64
             summation order.
@@ -118,6 +116,9 @@ def evaluate_predictions(
 
     Returns:
         An :class:`~bensemble.app.evaluate.evaluation.Evaluation`.
+
+    Stage lines and progress bars on a terminal: :func:`evaluate_shards` with
+    ``progress=True`` (one shard is one array), or the command line.
 
     Example:
         >>> g = torch.Generator().manual_seed(0)
@@ -140,7 +141,6 @@ def evaluate_predictions(
         seed=seed,
         bootstrap=bootstrap,
         chunk_size=chunk_size,
-        progress=progress,
     )
     source = _in_memory([member_probs], fn, from_logits)
     source.set_labels(V.as_labels(labels, "labels", fn, n=source.n, num_classes=source.k))

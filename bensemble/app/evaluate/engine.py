@@ -24,6 +24,7 @@ and one boolean (one float64 for APS / RAPS) per sample. The interval accumulato
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -55,10 +56,27 @@ def one_thread() -> Iterator[None]:
     (bench_streaming: 10x slower with 2 threads on a loaded 2-core machine), and numpy's BLAS
     threads spin the same way in the replicate states' small products; parallel work goes to
     worker processes instead (``--workers``)."""
-    from threadpoolctl import threadpool_limits
-
-    with single_threaded(), threadpool_limits(1, user_api="blas"):
+    with single_threaded(), _blas_limit():
         yield
+
+
+def _blas_limit() -> contextlib.AbstractContextManager:
+    """One BLAS thread, through one controller for the process: a controller finds the loaded
+    BLAS libraries by reading ``/proc/self/maps`` (hundreds of KB of strings in a process that
+    has loaded many libraries), which each ``threadpool_limits`` call would read again."""
+    try:
+        return _controller().limit(limits=1, user_api="blas")
+    except ImportError:  # threadpoolctl < 3: no controller object
+        from threadpoolctl import threadpool_limits
+
+        return threadpool_limits(1, user_api="blas")
+
+
+@functools.cache
+def _controller() -> Any:
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
 
 
 def prepare(source: Any, options: EvaluateOptions, *, fn: str, stage: Any) -> Plan:

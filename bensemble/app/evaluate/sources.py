@@ -46,7 +46,9 @@ def expand_paths(patterns: list[str], name: str) -> list[str]:
         if key is None and not file.exists() and any(c in str(text) for c in _GLOB):
             matches = sorted(p for p in glob.glob(str(text)) if os.path.isfile(p))
             if not matches:
-                raise InputError(f"`{name}` pattern {text} matches no file")
+                raise InputError(
+                    f"`{name}` file {text} does not exist, and as a pattern it matches no file"
+                )
             out += matches
         else:
             out.append(str(text))

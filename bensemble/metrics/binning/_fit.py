@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bensemble._seeds import DEFAULT_SEED, is_default_seed
 from bensemble._validation import (
     as_float_tensor,
     check_option,
@@ -90,9 +91,14 @@ class KMeansFit:
 
 
 def resolve_seed(generator: torch.Generator | None, seed: int | None, fn: str) -> int:
-    """An integer seed: ``seed``, else drawn from ``generator``, else from torch's global RNG."""
-    if generator is not None and seed is not None:
+    """An integer seed under the library's rule (:mod:`bensemble._seeds`): ``seed`` (default
+    :data:`~bensemble._seeds.DEFAULT_SEED`, i.e. 0), else drawn from ``generator`` (which wins
+    over the default seed, not over an explicit one), else (``seed=None``) from torch's global
+    RNG."""
+    if generator is not None and seed is not None and not is_default_seed(seed):
         raise ValueError(f"{fn}: pass either `generator` or `seed`, not both (got both)")
+    if generator is not None:
+        seed = None
     if seed is not None:
         if (
             isinstance(seed, bool)
@@ -214,7 +220,7 @@ def fit_bins(
     *,
     backend: str = "auto",
     generator: torch.Generator | None = None,
-    seed: int | None = None,
+    seed: int | None = DEFAULT_SEED,
     subsample: int | None = DEFAULT_SUBSAMPLE,
     refine: int = DEFAULT_REFINE,
     max_iter: int = 300,
@@ -232,8 +238,11 @@ def fit_bins(
         member_vectors: ``[N, H]`` rows to cluster (one row per point, one column per member).
         n_bins: requested number of bins ``M``.
         backend: one of :data:`BACKENDS` (see the module docstring for the ``"auto"`` rule).
-        generator: source of the seed (ignored when ``seed`` is given).
-        seed: integer seed for the subsample and the K-means initialisation.
+        generator: source of the seed (wins over the default ``seed``; an explicit ``seed``
+            together with a generator is an error).
+        seed: integer seed for the subsample and the K-means initialisation (fixed default 0:
+            identical calls fit identical bins; ``None``: a seed drawn from torch's global
+            RNG, fresh on every call).
         subsample: fit on this many rows drawn without replacement when ``N`` is larger
             (``None``: every row).
         refine: after a subsample fit, this many Lloyd steps over every row (chunked).

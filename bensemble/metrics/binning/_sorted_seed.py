@@ -18,7 +18,7 @@ import torch
 
 from bensemble.metrics.binning._sorted import SortedRows, _project
 
-__all__ = ["DRAW_BLOCK", "FULL_STEP", "RESUM", "SEED_BLOCK", "off_diagonal", "seed"]
+__all__ = ["DENSE_AFTER", "DRAW_BLOCK", "FULL_STEP", "RESUM", "SEED_BLOCK", "off_diagonal", "seed"]
 
 _F64 = torch.float64
 
@@ -35,6 +35,13 @@ FULL_STEP = 0.15
 FULL_PIECE = 1 << 20
 #: Full steps between refreshes of the block radii (stale radii are upper bounds: still exact).
 REACH_EVERY = 4
+#: After this many full steps in a row, every later step is a full one (no reach test). Measured
+#: on 8 ImageNet-like classes at K = 1000 (``benchmarks/bench_eece_classwise.py``'s workload, one
+#: thread): once the few confident rows have centres (step ~25-45), the later centres go into the
+#: bulk of near-zero rows, every step reaches most blocks (109 of 140 steps full at N = 20,000,
+#: 122 of 199 at N = 50,000), and the pruned steps in between cost more than dense ones (the
+#: seeding was 0.65-0.8x the dense one's speed). At K = 200 (N = 20,000) at most 3 in a row.
+DENSE_AFTER = 8
 
 
 def _draw(closest_blocks, block_sums, u):
@@ -146,7 +153,7 @@ def seed(
     reach = closest.gather(1, order).view(groups, nb, block).amax(2).sqrt_()
     exhausted = torch.zeros(groups, dtype=torch.bool, device=device)
     arange_block = torch.arange(block, device=device)
-    x_t, full = x.transpose(1, 2), 0
+    x_t, full, streak = x.transpose(1, 2), 0, 0
     tiny = 1e-9 * sums.sum(1)
     for k in range(1, n_clusters):
         if bool((sums.sum(1) <= tiny).any()):  # maybe all zero: incremental sums leave residue
@@ -154,17 +161,22 @@ def seed(
         cand, total = _draw(cblocks, sums, draws[:, k - 1] * sums.sum(1, keepdim=True))
         exhausted |= ~(total > 0)
         cand.clamp_(max=n - 1)  # [C, T]
-        tc = proj.gather(1, cand)  # [C, T]
-        gap = torch.maximum(lo[:, None, :] - tc[:, :, None], tc[:, :, None] - hi[:, None, :])
-        slack = 1e-6 * (reach + tc.abs().amax(1, keepdim=True)) + 1e-30
-        hit = (gap < (reach + slack)[:, None, :]).any(1)  # [C, nb] blocks a candidate reaches
-        if float(hit.double().mean()) > FULL_STEP:
+        if streak < DENSE_AFTER:
+            tc = proj.gather(1, cand)  # [C, T]
+            gap = torch.maximum(lo[:, None, :] - tc[:, :, None], tc[:, :, None] - hi[:, None, :])
+            slack = 1e-6 * (reach + tc.abs().amax(1, keepdim=True)) + 1e-30
+            hit = (gap < (reach + slack)[:, None, :]).any(1)  # [C, nb] blocks a candidate reaches
+        if streak >= DENSE_AFTER or float(hit.double().mean()) > FULL_STEP:
+            # after DENSE_AFTER full steps in a row the bound has stopped pruning (the centres
+            # now go into the bulk of near-equal rows): every later step is a full one
             best, sums = _full_step(x, x_t, x_sq, cand, closest, cblocks)
             chosen[:, k] = cand[every, best]
-            full += 1  # closest only decreases: a stale reach still bounds it (more blocks)
-            if full % REACH_EVERY == 0:
+            full, streak = full + 1, streak + 1
+            # closest only decreases: a stale reach still bounds it (more blocks)
+            if full % REACH_EVERY == 0 and streak < DENSE_AFTER:
                 reach = closest.gather(1, order).view(groups, nb, block).amax(2).sqrt_()
             continue
+        streak = 0
         cls, blk = hit.nonzero(as_tuple=True)
         pick = cand[cls]  # [P, T]
         d = torch.baddbmm(

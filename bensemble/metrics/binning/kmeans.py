@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bensemble._seeds import DEFAULT_SEED
 from bensemble._validation import as_float_tensor, check_option, check_positive, check_positive_int
 from bensemble.metrics._epistemic_checks import resolve_n_bins
 from bensemble.metrics.binning._classes import fit_classes
@@ -30,7 +31,7 @@ __all__ = ["KMEANS_DEFAULTS", "KMeansBinning"]
 #: The constructor defaults of :class:`KMeansBinning`.
 KMEANS_DEFAULTS: dict[str, Any] = {
     "n_bins": "auto",
-    "seed": 0,
+    "seed": DEFAULT_SEED,
     "backend": "auto",
     "n_seeds": 1,
     "subsample": DEFAULT_SUBSAMPLE,
@@ -91,7 +92,7 @@ class KMeansBinning(Binning):
         self,
         n_bins: int | str = "auto",
         *,
-        seed: int | None = 0,
+        seed: int | None = DEFAULT_SEED,
         backend: str = "auto",
         n_seeds: int = 1,
         subsample: int | None = DEFAULT_SUBSAMPLE,

@@ -102,6 +102,24 @@ def test_seeding_draws_and_chooses_what_the_dense_seeding_does(make):
         assert torch.equal(chosen[i], _kmeans_plusplus(x[i], 30, torch.Generator().manual_seed(5)))
 
 
+@pytest.mark.parametrize("dense_after", [0, 2])
+def test_seeding_that_turns_dense_chooses_what_the_dense_seeding_does(monkeypatch, dense_after):
+    # DENSE_AFTER full steps in a row switch the rest of the seeding to full steps (0: from the
+    # start); the draws and choices stay the dense seeding's
+    monkeypatch.setattr(SS, "DENSE_AFTER", dense_after)
+    calls = []
+    full_step = SS._full_step
+    monkeypatch.setattr(SS, "_full_step", lambda *a: calls.append(1) or full_step(*a))
+    x = _confident().to(torch.float32)
+    rows = S.SortedRows.build(x)
+    chosen, exhausted = SS.seed(x, rows, 30, [torch.Generator().manual_seed(5) for _ in range(4)])
+    assert not exhausted.any()
+    if dense_after == 0:
+        assert len(calls) == 29  # every step after the first centre
+    for i in range(x.shape[0]):
+        assert torch.equal(chosen[i], _kmeans_plusplus(x[i], 30, torch.Generator().manual_seed(5)))
+
+
 def test_seeding_reports_groups_out_of_distinct_rows():
     x = _confident(classes=2, h=5).to(torch.float32)
     # 4 distinct rows of exactly representable values: their distances are exactly 0
