@@ -47,6 +47,14 @@ def evaluate_source(
     from bensemble.app.evaluate.parallel import run_ranges
 
     timings = timings or Timings(enabled=options.progress)
+    if options.recalibrate_epistemic:  # before / after (app.evaluate.recalibrated)
+        from bensemble.app.evaluate.recalibrated import evaluate_recalibrated
+
+        def run(src: Predictions, opts: EvaluateOptions) -> Evaluation:
+            return evaluate_source(src, opts, workers=workers, backend=backend,
+                                   temp_dir=temp_dir, timings=timings, fn=fn)  # fmt: skip
+
+        return evaluate_recalibrated(source, options, run, fn=fn)
     plan = prepare(source, options, fn=fn, stage=timings.stage)
     tasks = ranges(source.n, source.sizes, max(1, workers)) if workers > 1 else [(0, source.n)]
     with timings.stage("metrics, uncertainty, EECE sums (main pass)"):

@@ -140,6 +140,9 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
         help="replace an earlier report in --out (a folder holding other files is never replaced)",
     )
     p.add_argument("--json", action="store_true", help="print JSON to stdout instead of tables")
+    from bensemble.app.evaluate.cli_options import add_task_options
+
+    add_task_options(p)
     p.add_argument(
         "--no-progress",
         action="store_true",
@@ -194,6 +197,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
     nothing is written. On a terminal, one line per stage says where the time went, from
     starting Python to writing the folder.
     """
+    if getattr(args, "task", "classification") == "regression":
+        from bensemble.app.evaluate.regression_cli import run_regression
+
+        return run_regression(args)
     from bensemble.app.evaluate.timing import Timings, process_seconds
 
     timings = Timings(enabled=not getattr(args, "no_progress", False))
@@ -287,10 +294,12 @@ def _options(args: argparse.Namespace):
     from bensemble import _validation as V
     from bensemble._options import check_seed
     from bensemble.app.bootstrap import check_bootstrap
+    from bensemble.app.evaluate.cli_options import check_classification_args
     from bensemble.app.evaluate.options import EvaluateOptions
     from bensemble.io import InputError
 
     fn = PROG
+    check_classification_args(args)
     V.check_probability(args.alpha, "--alpha", fn)
     V.check_n_bins(args.n_bins, fn, name="--n-bins")
     if args.n_bins > MAX_BINS:  # per-bin arrays: 2**40 bins would reach the allocator
@@ -313,6 +322,7 @@ def _options(args: argparse.Namespace):
         bootstrap=args.bootstrap,
         chunk_size=args.chunk_size or "auto",
         progress=not getattr(args, "no_progress", False),
+        recalibrate_epistemic=bool(getattr(args, "recalibrate_epistemic", False)),
     )
     return options.checked(fn)
 
@@ -350,6 +360,7 @@ def _evaluate_args(args: argparse.Namespace, out: Path | None, timings):
             split=options.calibration_split is not None,
             per_class=source.k <= MAX_PER_CLASS,
             intervals=options.bootstrap > 0,
+            recalibrated=options.recalibrate_epistemic,
         )
         _check_out(out, inputs, files, args.overwrite)
     return evaluate_source(

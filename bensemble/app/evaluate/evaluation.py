@@ -54,6 +54,14 @@ TABLE_NOTES: dict[str, tuple[str, ...]] = {
         "estimate (mean of the resamples minus the value) and clamped at 0. 'scaled - "
         "unscaled' is the paired difference: one resample scores both stages.",
     ),
+    "recalibration": (
+        "temperature, spread: the EpistemicRecalibrator's T and s (z'_m = zbar / T + s (z_m - "
+        "zbar)), fitted by the pooled NLL on the temperature half (n_fit points); at_boundary: "
+        "the bounds the fit reached ('no': an interior optimum).",
+        "eece_before / eece_after: the EECE of the members before and after, each with K-means "
+        "bins fitted on its own members (test part); mean_member_variance and mean_epistemic "
+        "(mutual information, nats) likewise. The after stage has no bootstrap intervals.",
+    ),
     "per_class": (
         "support: test samples of the class. accuracy: fraction of them predicted right "
         "(recall). classwise_ece*: that class's term sum_b |B_kb| / N |acc - conf| of the "
@@ -107,6 +115,9 @@ class Evaluation:
         interval_notes: the intervals' methods and what each covers (the notes under their
             table), when they differ from :data:`TABLE_NOTES`.
         timings: seconds per stage of the run that produced it (not part of the numbers).
+        recalibration: with ``recalibrate_epistemic``, the ``recalibration`` table's row
+            (:func:`~bensemble.app.evaluate.recalibrated.recalibration_row`), else ``None``.
+        recalibration_details: the recalibrated members' :class:`~bensemble.metrics.EECEDetails`.
     """
 
     setup: dict[str, Any]
@@ -124,6 +135,8 @@ class Evaluation:
     eece_details: Any = field(default=None, repr=False)
     interval_notes: list[str] = field(default_factory=list, repr=False)
     timings: dict[str, float] = field(default_factory=dict, repr=False)
+    recalibration: dict[str, Any] | None = None
+    recalibration_details: Any = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The numbers as plain JSON-ready Python objects (no tensors)."""
@@ -138,6 +151,7 @@ class Evaluation:
             "per_class": None if self.per_class is None else [dict(r) for r in self.per_class],
             "verdicts": [dict(v) for v in self.verdicts],
             "notes": list(self.notes),
+            "recalibration": None if self.recalibration is None else dict(self.recalibration),
         }
 
     def tables(self) -> list[tuple[str, str, list[dict[str, Any]]]]:
@@ -147,6 +161,9 @@ class Evaluation:
         out.append(("selective", f"Misclassification detection ({part})", self.selective))
         if self.ensemble is not None:
             out.append(("ensemble", f"Member disagreement ({part})", [self.ensemble]))
+        if self.recalibration is not None:
+            title = f"Epistemic recalibration ({part})"
+            out.append(("recalibration", title, [self.recalibration]))
         if self.conformal is not None:
             out.append(
                 ("conformal", "Split conformal prediction sets (test part)", [self.conformal])

@@ -23,17 +23,20 @@ FIGURE_CAPTIONS = {
     "epistemic_reliability": "Epistemic reliability diagram: per K-means bin, the members' "
     "squared error against the reported epistemic uncertainty (member variance); points on the "
     "diagonal are epistemically calibrated.",
+    "epistemic_reliability_recalibrated": "Epistemic reliability diagram of the members after "
+    "epistemic recalibration (--recalibrate-epistemic), bins fitted on the recalibrated members.",
     "risk_coverage": "Risk-coverage curve: error rate among the accepted predictions when only "
     "the most confident are accepted (confidence max_k p_k); the area under it is the AURC.",
 }
 
 
-def planned_figures(*, ensemble: bool, split: bool) -> list[str]:
+def planned_figures(*, ensemble: bool, split: bool, recalibrated: bool = False) -> list[str]:
     """File stems of the figures, known before anything is computed."""
     return (
         ["reliability"]
         + (["reliability_scaled"] if split else [])
         + (["epistemic_reliability"] if ensemble else [])
+        + (["epistemic_reliability_recalibrated"] if recalibrated else [])
         + ["risk_coverage"]
     )
 
@@ -51,6 +54,9 @@ def figure_makers(ev: Evaluation) -> dict[str, Callable[[], Any]]:
         )
     if ev.eece_details is not None:
         makers["epistemic_reliability"] = lambda: _epistemic(ev.eece_details)
+    if ev.recalibration_details is not None:
+        details = ev.recalibration_details
+        makers["epistemic_reliability_recalibrated"] = lambda: _epistemic(details, "recalibrated")
     makers["risk_coverage"] = lambda: _risk_coverage(ev)
     return makers
 
@@ -62,12 +68,12 @@ def _reliability(bins: Any, name: str | None) -> Any:
     return plots.ReliabilityDisplay(bins, lower, upper, name=name).plot().figure_
 
 
-def _epistemic(details: Any) -> Any:
+def _epistemic(details: Any, name: str = "ensemble") -> Any:
     from bensemble import plots
 
     # the legend right of the diagram from the start: the "free" placement lays the figure out
     # once per place it tries (~0.3-0.5 s CPU of a 900-sample report)
-    display = plots.EpistemicReliabilityDisplay.from_details(details, name="ensemble")
+    display = plots.EpistemicReliabilityDisplay.from_details(details, name=name)
     return display.plot(legend_loc="outside").figure_
 
 

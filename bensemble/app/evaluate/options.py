@@ -50,6 +50,10 @@ class EvaluateOptions:
             values, ``M x K`` per sample) or ``None`` (the whole input in one chunk); a tuning
             knob only, the numbers do not depend on it beyond float64 summation order.
         progress: stage lines and bars on a terminal's stderr.
+        recalibrate_epistemic: also fit an :class:`~bensemble.calibration.EpistemicRecalibrator`
+            on the temperature half of the split and report the recalibrated members
+            (:mod:`~bensemble.app.evaluate.recalibrated`); needs ``calibration_split`` and
+            ``M > 1``.
     """
 
     calibration_split: float | None = None
@@ -62,6 +66,7 @@ class EvaluateOptions:
     bootstrap: int = DEFAULT_BOOTSTRAP
     chunk_size: int | str | None = None
     progress: bool = False
+    recalibrate_epistemic: bool = False
 
     def checked(self, fn: str = "evaluate_predictions") -> EvaluateOptions:
         """The same options, validated (``ValueError`` naming the argument otherwise)."""
@@ -88,6 +93,9 @@ class EvaluateOptions:
             bootstrap=check_bootstrap(self.bootstrap, "bootstrap", fn),
             chunk_size=chunk,
             progress=V.check_bool(self.progress, "progress", fn),
+            recalibrate_epistemic=V.check_bool(
+                self.recalibrate_epistemic, "recalibrate_epistemic", fn
+            ),
         )
 
     def block(self, n: int, width: int) -> int:

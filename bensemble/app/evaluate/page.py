@@ -101,8 +101,8 @@ def evaluation_page(
         sections.append(
             HtmlSection(
                 "Member disagreement (uncertainty)",
-                tables=table("ensemble"),
-                figures=figs("epistemic_reliability"),
+                tables=table("ensemble") + table("recalibration"),
+                figures=figs("epistemic_reliability", "epistemic_reliability_recalibrated"),
             )
         )
     if ev.conformal is not None:

@@ -185,6 +185,8 @@ class Predictions:
         from_logits: the shards hold logits.
         ranges: per shard, the local rows ``(a, b)`` this source covers (``None``: all of them).
         start: the global number of this source's first row.
+        transform: a picklable map applied to every read ``[M, b, K]`` (row by row, e.g. a
+            fitted :class:`~bensemble.calibration.EpistemicRecalibrator`), or ``None``.
     """
 
     def __init__(
@@ -195,8 +197,10 @@ class Predictions:
         from_logits: bool,
         ranges: list[tuple[int, int]] | None = None,
         start: int = 0,
+        transform: Any = None,
     ) -> None:
         self.specs = list(specs)
+        self.transform = transform
         self.from_logits = bool(from_logits)
         self.parts, self.low_precision = [], False
         for i, spec in enumerate(self.specs):
@@ -256,6 +260,7 @@ class Predictions:
             "from_logits": self.from_logits,
             "ranges": ranges,
             "start": self.start + start,
+            "transform": self.transform,
         }
 
     @property
@@ -273,19 +278,22 @@ class Predictions:
             if lo >= stop:
                 break
             pieces.append(self.parts[i].slice(max(start, lo) - lo, min(stop, hi) - lo))
-        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
+        return self._mapped(pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1))
+
+    def _mapped(self, p: torch.Tensor) -> torch.Tensor:
+        return p if self.transform is None else self.transform(p).to(torch.float64)
 
     def take(self, rows: Any) -> torch.Tensor:
         """The distinct global ``rows`` in that order, as ``[M, len(rows), K]`` float64."""
         rows = np.asarray(rows, dtype=np.int64)
         if len(self.parts) == 1:
-            return self.parts[0].take(rows)
+            return self._mapped(self.parts[0].take(rows))
         shard = np.searchsorted(self.offsets, rows, side="right") - 1
         out = torch.empty(self.m, rows.shape[0], self.k, dtype=torch.float64)
         for i in np.unique(shard):
             where = np.flatnonzero(shard == i)
             out[:, torch.from_numpy(where)] = self.parts[i].take(rows[where] - self.offsets[i])
-        return out
+        return self._mapped(out)
 
     def label_slice(self, start: int, stop: int) -> torch.Tensor:
         return self.labels[start:stop].to(torch.int64)

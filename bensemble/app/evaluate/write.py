@@ -23,7 +23,12 @@ __all__ = ["planned_files", "write_evaluation"]
 
 
 def planned_files(
-    *, ensemble: bool, split: bool, per_class: bool = True, intervals: bool = True
+    *,
+    ensemble: bool,
+    split: bool,
+    per_class: bool = True,
+    intervals: bool = True,
+    recalibrated: bool = False,
 ) -> list[str]:
     """File names :func:`write_evaluation` writes, known before anything is computed.
 
@@ -32,13 +37,15 @@ def planned_files(
         split: a calibration split (``conformal`` table, the scaled reliability diagram).
         per_class: at most 20 classes (the ``per_class`` table).
         intervals: ``--bootstrap`` above 0 (the ``intervals`` table).
+        recalibrated: ``--recalibrate-epistemic`` (the ``recalibration`` table and diagram).
     """
     names = ["metrics", "selective"] + (["ensemble"] if ensemble else [])
-    names += ["conformal"] if split else []
+    names += (["recalibration"] if recalibrated else []) + (["conformal"] if split else [])
     names += (["intervals"] if intervals else []) + (["per_class"] if per_class else [])
     files = [f"{t}{ext}" for t in names for ext in (".md", ".csv", ".json")]
     files += ["summary.json", "report.html"]
-    return files + [f"{stem}.png" for stem in planned_figures(ensemble=ensemble, split=split)]
+    stems = planned_figures(ensemble=ensemble, split=split, recalibrated=recalibrated)
+    return files + [f"{stem}.png" for stem in stems]
 
 
 def write_evaluation(
@@ -93,6 +100,7 @@ def write_evaluation(
                 split=ev.temperature is not None,
                 per_class=ev.per_class is not None,
                 intervals=bool(ev.intervals),
+                recalibrated=ev.recalibration is not None,
             )
             summary["files"] = [f for f in planned if not f.endswith(".png") or f[:-4] in figs]
             summary["problems"] = problems
