@@ -50,10 +50,9 @@ def _close(got, want, path):
 
 def _library_intervals(ref, n_bins, n_boot, seed):
     """The library's replicate states fed the whole reported part in one update."""
-    from bensemble.metrics.intervals import ReplicateState, selective_intervals
-
     from bensemble.app.bootstrap_stats import per_sample_nll
     from bensemble.metrics._eece_stats import _member_variance
+    from bensemble.metrics.intervals import ReplicateState, selective_intervals
     from bensemble.uncertainty import decompose_classification_uncertainty
 
     state = ReplicateState(n_boot, seed=seed)
