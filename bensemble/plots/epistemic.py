@@ -340,8 +340,8 @@ def _default_binning(binning: Any, eece_kwargs: dict[str, Any]) -> Any:
     """``KMeansBinning(n_bins=100)`` unless a binning (or, deprecated, an ``n_bins``) is given;
     with deprecated EECE keywords and no binning, the old default ``n_bins=100`` (so that the
     old calls give their old numbers)."""
-    if binning is not None:
-        return binning
+    if binning is not None or "n_bins" in eece_kwargs:
+        return binning  # an n_bins keyword (deprecated) fills the slot itself
     if set(eece_kwargs) & set(LEGACY_KEYWORDS):
         return DEFAULT_N_BINS
     return KMeansBinning(n_bins=DEFAULT_N_BINS)

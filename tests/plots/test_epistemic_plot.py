@@ -213,3 +213,19 @@ def test_toy_maps_layout_and_shared_scale():
 def test_toy_maps_bad_input(grid_x, panels, argument):
     with pytest.raises(ValueError, match=f"`{argument}"):
         plot_toy_maps(grid_x, panels)
+
+
+def test_deprecated_n_bins_keyword_gives_the_binning_objects_bins():
+    """bensemble 0.3's ``from_member_probs(p, y, n_bins=..., seed=...)`` still works (deprecated)
+    and bins exactly as ``KMeansBinning(n_bins, seed=...)``."""
+    from bensemble.metrics import KMeansBinning
+
+    g = torch.Generator().manual_seed(3)
+    p = torch.softmax(torch.randn(4, 300, 3, generator=g), -1)
+    y = torch.randint(0, 3, (300,), generator=g)
+    new = EpistemicReliabilityDisplay.from_member_probs(p, y, KMeansBinning(6, seed=2))
+    with pytest.warns(DeprecationWarning):
+        old = EpistemicReliabilityDisplay.from_member_probs(p, y, n_bins=6, seed=2)
+    for field in ("trust", "squared_error", "counts"):
+        torch.testing.assert_close(getattr(old, field), getattr(new, field), rtol=0, atol=0)
+    assert old.value == new.value

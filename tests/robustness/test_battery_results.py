@@ -70,12 +70,12 @@ def _conf_correct(bad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _temperature_fit() -> Any:
-    from bensemble.calibration.temperature import _fit  # the TemperatureScaling.fit solver
+    from bensemble.calibration.temperature import _fit, _settings  # TemperatureScaling's solver
 
     p, y = _probs()
     bounds = calibration.DEFAULT_TEMPERATURE_BOUNDS
-    return _fit(p.log().double(), y, init_temp=1.5, bounds=bounds, max_iter=100,
-                on_boundary="warn", ensemble=False, fn="TemperatureScaling.fit")  # fmt: skip
+    settings = _settings(1.5, bounds, 100, "warn", "TemperatureScaling.fit")
+    return _fit(p.log().double(), y, False, settings)
 
 
 def _sets() -> tuple[torch.Tensor, torch.Tensor]:
