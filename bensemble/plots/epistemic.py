@@ -184,7 +184,7 @@ class EpistemicReliabilityDisplay:
         ``binning`` and wrap them.
 
         ``binning`` is a :mod:`~bensemble.metrics.binning` binning (default
-        ``KMeansBinning(n_bins=100)``), fitted on these points unless fitted already;
+        ``KMeansBinning(n_bins=min(100, N))``), fitted on these points unless fitted already;
         ``eece_kwargs`` (``multiclass``, ``eu``) go to
         :func:`~bensemble.metrics.expected_epistemic_calibration_error`. The keyword arguments
         of bensemble 0.3 (an ``n_bins`` in the ``binning`` slot, ``seed``, ``bins``, ...) still
@@ -192,7 +192,7 @@ class EpistemicReliabilityDisplay:
         fn = "EpistemicReliabilityDisplay.from_member_probs"
         t = to_tensor(member_probs, "member_probs", fn)
         as_member_stack(t, "member_probs", fn, binary=binary, dtype=None)
-        binning = _default_binning(binning, eece_kwargs)
+        binning = _default_binning(binning, eece_kwargs, n_points=t.shape[1])
         details = expected_epistemic_calibration_error(
             t, labels, binning, return_details=True, binary=binary, **eece_kwargs
         )
@@ -336,15 +336,16 @@ class EpistemicReliabilityDisplay:
 DEFAULT_N_BINS = 100
 
 
-def _default_binning(binning: Any, eece_kwargs: dict[str, Any]) -> Any:
-    """``KMeansBinning(n_bins=100)`` unless a binning (or, deprecated, an ``n_bins``) is given;
-    with deprecated EECE keywords and no binning, the old default ``n_bins=100`` (so that the
-    old calls give their old numbers)."""
+def _default_binning(binning: Any, eece_kwargs: dict[str, Any], *, n_points: int) -> Any:
+    """``KMeansBinning(n_bins=min(100, N))`` unless a binning (or, deprecated, an ``n_bins``) is
+    given; with deprecated EECE keywords and no binning, the old default ``n_bins=100`` (so that
+    the old calls give their old numbers), at most one bin per point either way."""
     if binning is not None or "n_bins" in eece_kwargs:
         return binning  # an n_bins keyword (deprecated) fills the slot itself
+    n_bins = max(1, min(DEFAULT_N_BINS, int(n_points)))
     if set(eece_kwargs) & set(LEGACY_KEYWORDS):
-        return DEFAULT_N_BINS
-    return KMeansBinning(n_bins=DEFAULT_N_BINS)
+        return n_bins
+    return KMeansBinning(n_bins=n_bins)
 
 
 def auto_scale(display: EpistemicReliabilityDisplay) -> str:
@@ -382,7 +383,7 @@ def plot_epistemic_reliability_diagram(
     colour per class.
 
     A thin shell over :meth:`EpistemicReliabilityDisplay.from_member_probs` (``binning``:
-    default ``KMeansBinning(n_bins=100)``) and :meth:`EpistemicReliabilityDisplay.plot`;
+    default ``KMeansBinning(n_bins=min(100, N))``) and :meth:`EpistemicReliabilityDisplay.plot`;
     ``eece_kwargs`` (``multiclass``, ``eu``) go to
     :func:`~bensemble.metrics.expected_epistemic_calibration_error`. ``member_probs`` is
     ``[H, N, K]``, or binary positive-class members ``[H, N]`` with ``binary=True``.

@@ -10,7 +10,7 @@ import torch
 
 from bensemble._seeds import DEFAULT_SEED
 from bensemble._validation import as_float_tensor, check_option, check_positive, check_positive_int
-from bensemble.metrics._epistemic_checks import resolve_n_bins
+from bensemble.metrics._epistemic_checks import check_n_seeds, resolve_n_bins
 from bensemble.metrics.binning._classes import fit_classes
 from bensemble.metrics.binning._fit import (
     DEFAULT_LLOYD_RTOL,
@@ -116,7 +116,7 @@ class KMeansBinning(Binning):
             fn, backend, subsample, refine, max_iter, tol, batch_size
         )
         self.backend = backend
-        self.n_seeds = check_positive_int(n_seeds, "n_seeds", fn)
+        self.n_seeds = check_n_seeds(n_seeds, fn)
         self.subsample = None if subsample is None else int(subsample)
         self.refine, self.max_iter, self.tol = int(refine), int(max_iter), float(tol)
         self.coreset = None if coreset is None else check_positive_int(coreset, "coreset", fn)
