@@ -103,6 +103,10 @@ class Ranked:
         step = max(1, _BLOCK_VALUES // (n_replicates + 1))
         step = step if block is None else max(1, min(step, block))
         n = data.shape[0]
+        if n_replicates:  # poisson_weights' kernel: uint8 counts straight into the block
+            from bensemble.metrics.intervals._poisson import resolve_seed, weight_block
+
+            seed = resolve_seed(seed, "Ranked.finish")
         for stop in range(n, 0, -step):
             block = data[max(0, stop - step) : stop][::-1]
             signed = block.imag
@@ -110,10 +114,8 @@ class Ranked:
             w = np.empty((block.shape[0], n_replicates + 1))
             w[:, 0] = 1.0
             if n_replicates:
-                from bensemble.metrics.intervals import poisson_weights
-
-                rows = (np.abs(signed) - 1.0).astype(np.int64)
-                w[:, 1:] = poisson_weights(rows, n_replicates, seed=seed).numpy()
+                rows = (np.abs(signed) - 1.0).astype(np.uint64)
+                w[:, 1:] = weight_block(rows, n_replicates, seed)
             sweep.add(block.real, err, w)
         return sweep.result()
 
