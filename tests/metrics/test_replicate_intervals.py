@@ -305,3 +305,19 @@ def test_classwise_ece_with_many_classes_is_one_sparse_product():
     s.update(poisson_weights(range(500), 8), probs, labels)
     assert s.compute().point == pytest.approx(classwise_calibration_error(probs, labels), rel=REL)
     assert np.isfinite(s.compute().high)
+
+
+@pytest.mark.parametrize("entries", [1, 7])
+@pytest.mark.parametrize("order", ["C", "F"])  # F: not C-contiguous, the product's fallback
+def test_sparse_sums_add_into_the_sums_in_place(entries, order):
+    from bensemble.metrics.intervals._calibration_replicates import add_sparse_sums
+
+    g = np.random.default_rng(entries)
+    rows = g.integers(0, 40, (90, entries))  # repeated rows within a sample too
+    values = g.standard_normal((90, entries))
+    weights = g.integers(0, 5, (90, 6)).astype(np.float64)
+    want = g.standard_normal((40, 6))
+    into = np.array(want, order=order)
+    np.add.at(want, rows.reshape(-1), values.reshape(-1)[:, None] * weights.repeat(entries, 0))
+    add_sparse_sums(into, rows, values, weights)
+    np.testing.assert_allclose(into, want, rtol=1e-13, atol=1e-13)

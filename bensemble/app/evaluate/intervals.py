@@ -142,9 +142,11 @@ class StreamedIntervals:
             inputs["ensemble:mean_aleatoric"] = (aleatoric,)
             inputs["ensemble:mean_epistemic"] = (epistemic,)
             m, n, k = v.members.shape
-            variance = _member_variance(v.members.reshape(m, n * k)).view(n, k).mean(1)
-            inputs["ensemble:mean_member_variance"] = (variance,)
-            inputs["ensemble:eece"] = (v.members, y, v.eece_ids)
+            eu = v.member_variance  # [n, K]
+            if eu is None:
+                eu = _member_variance(v.members.reshape(m, n * k)).view(n, k)
+            inputs["ensemble:mean_member_variance"] = (eu.mean(1),)
+            inputs["ensemble:eece"] = (v.members, y, v.eece_ids, eu)
         self.state.update(v.rows, {name: args for name, args in inputs.items() if name in names})
 
     def merge(self, other: StreamedIntervals) -> StreamedIntervals:

@@ -103,6 +103,10 @@ class Ranked:
         step = max(1, _BLOCK_VALUES // (n_replicates + 1))
         step = step if block is None else max(1, min(step, block))
         n = data.shape[0]
+        if n_replicates:  # poisson_weights' kernel: uint8 counts straight into the block
+            from bensemble.metrics.intervals._poisson import resolve_seed, weight_block
+
+            seed = resolve_seed(seed, "Ranked.finish")
         for stop in range(n, 0, -step):
             block = data[max(0, stop - step) : stop][::-1]
             signed = block.imag
@@ -110,10 +114,8 @@ class Ranked:
             w = np.empty((block.shape[0], n_replicates + 1))
             w[:, 0] = 1.0
             if n_replicates:
-                from bensemble.metrics.intervals import poisson_weights
-
-                rows = (np.abs(signed) - 1.0).astype(np.int64)
-                w[:, 1:] = poisson_weights(rows, n_replicates, seed=seed).numpy()
+                rows = (np.abs(signed) - 1.0).astype(np.uint64)
+                w[:, 1:] = weight_block(rows, n_replicates, seed)
             sweep.add(block.real, err, w)
         return sweep.result()
 
@@ -196,6 +198,15 @@ class _Sweep:
 
     def add(self, conf: np.ndarray, err: np.ndarray, w: np.ndarray) -> None:
         starts = np.flatnonzero(np.r_[True, conf[1:] != conf[:-1]])
+        if starts.shape[0] == conf.shape[0] and (self.group is None or conf[0] != self.group[0]):
+            # no ties in the block, none with the open group: every sample is a tie group of
+            # its own, holding only an error or only a right prediction (no mixed units)
+            if self.group is not None:  # the open group ended with the previous block
+                self._groups(*self.group[1:])
+            self._unmixed(w[:-1], err[:-1])
+            last = np.ones(1, dtype=np.int64)
+            self.group = (conf[-1], w[-1:], w[-1:] * err[-1], last, last * int(err[-1]))
+            return
         e = w * err[:, None]
         count_err = err.astype(np.int64)
         if starts.shape[0] < conf.shape[0]:  # ties: sums per group, exact (integer weights)
@@ -248,6 +259,38 @@ class _Sweep:
             run_e[0] += self.run[3][0]
             self.run = None
         keep = run_s.shape[0] - (0 if last or not pure[-1] else 1)
+        if keep:
+            self._units(a[:keep], big_e[:keep], run_s[:keep], run_e[:keep])
+        if keep < run_s.shape[0]:
+            self.run = (a[keep:], big_e[keep:], run_s[keep:], run_e[keep:])
+
+    def _unmixed(self, s: np.ndarray, pure: np.ndarray) -> None:
+        """:meth:`_groups` of complete groups none of which is mixed (``pure``: error-only,
+        else right-only), the last not ``last``: one reduction per maximal run of equal
+        ``pure`` instead of running sums over every group (the weights are integers, so the
+        sums are exact in any order)."""
+        if s.shape[0] == 0:
+            return
+        seg = np.flatnonzero(np.r_[True, pure[1:] != pure[:-1]])
+        sums = np.add.reduceat(s, seg, axis=0)  # [S, C] weight per run
+        seg_pure = pure[seg]
+        err = sums * seg_pure[:, None]  # error weight per run
+        before = self.total + np.cumsum(sums, 0) - sums
+        errors_before = self.errors + np.cumsum(err, 0) - err
+        self.total = self.total + sums.sum(0)
+        self.errors = self.errors + err.sum(0)
+        if not seg_pure[0]:
+            self._close_run()
+        if not seg_pure.any():
+            return
+        a, big_e, run_s = before[seg_pure], errors_before[seg_pure], sums[seg_pure]
+        run_e = run_s.copy()
+        if seg_pure[0] and self.run is not None:  # the open run goes on
+            a[0], big_e[0] = self.run[0][0], self.run[1][0]
+            run_s[0] += self.run[2][0]
+            run_e[0] += self.run[3][0]
+            self.run = None
+        keep = run_s.shape[0] - (1 if seg_pure[-1] else 0)
         if keep:
             self._units(a[:keep], big_e[:keep], run_s[:keep], run_e[:keep])
         if keep < run_s.shape[0]:

@@ -43,6 +43,9 @@ class ChunkValues:
         members: ``[M, b, K]`` member probabilities in the EECE's canonical order (``M > 1``).
         eece_ids: ``[K, b]`` the first K-means seed's bin of each class's member vector.
         eece_slots: bins per class of that partition (the width of its per-bin arrays).
+        member_variance: ``[b, K]`` float64 ``Var_m p_m(y = k)`` (divisor ``M``) of ``members``,
+            when the caller has it already (the EECE's sums computed it); ``None``: computed
+            where needed.
     """
 
     rows: torch.Tensor
@@ -52,6 +55,7 @@ class ChunkValues:
     members: torch.Tensor | None = None
     eece_ids: torch.Tensor | None = None
     eece_slots: int = 0
+    member_variance: torch.Tensor | None = None
 
 
 @dataclass
@@ -111,6 +115,9 @@ class GatheredBootstrap:
             members=None if c[0].members is None else cat([v.members for v in c], 1),
             eece_ids=None if c[0].eece_ids is None else cat([v.eece_ids for v in c], 1),
             eece_slots=c[0].eece_slots,
+            member_variance=None
+            if c[0].member_variance is None
+            else cat([v.member_variance for v in c]),
         )
 
     def compute(self, reported: dict[str, dict[str, Any]]) -> IntervalResult:

@@ -115,13 +115,14 @@ class EvaluationState:
             self.size += int(sets.sum())
             self.empty += int((~sets.any(1)).sum())
             self.covered_per_class += torch.bincount(labels, weights=covered.to(_F64), minlength=k)
-        ordered, ids = None, None
+        ordered, ids, variance = None, None, None
         if plan.m > 1:
             self.uncertainty.update(members)
             ordered = members if plan.order is None else members[plan.order]
             columns = eece_columns(ordered)
             self.variance += columns[1].sum()  # Var_m p_m(y = k) summed over rows and classes
             ids = [sums.update(ordered, labels, columns) for sums in self.eece][0]
+            variance = columns[1].view(k, -1).T  # [b, K], for the interval states
         if self.intervals is not None:
             self.intervals.update(
                 ChunkValues(
@@ -132,6 +133,7 @@ class EvaluationState:
                     members=ordered,
                     eece_ids=ids,
                     eece_slots=self.eece[0].slots if self.eece else 0,
+                    member_variance=variance,
                 )
             )
 

@@ -39,7 +39,7 @@ from bensemble._validation import (
     check_finite,
     check_positive_int,
 )
-from bensemble.metrics.intervals._calibration_replicates import sparse_sums
+from bensemble.metrics.intervals._calibration_replicates import add_sparse_sums
 from bensemble.metrics.intervals._interval import Interval, l1_norm_interval
 from bensemble.metrics.intervals._replicate_checks import check_eece_sums
 from bensemble.metrics.intervals._replicates import (
@@ -193,7 +193,7 @@ class EECEReplicates(ReplicatesBase):
         return b.T
 
     def _accumulate(self, into: np.ndarray, prepared: Any, rows: slice, w: np.ndarray) -> None:
-        into += sparse_sums(prepared["rows"][rows], prepared["values"][rows], into.shape[0], w)
+        add_sparse_sums(into, prepared["rows"][rows], prepared["values"][rows], w)
 
     # ---------------------------------------------------------------- results
     def _parts(self) -> tuple[torch.Tensor, ...]:
