@@ -74,7 +74,11 @@ def _epistemic(details: Any, name: str = "ensemble") -> Any:
     # the legend right of the diagram from the start: the "free" placement lays the figure out
     # once per place it tries (~0.3-0.5 s CPU of a 900-sample report)
     display = plots.EpistemicReliabilityDisplay.from_details(details, name=name)
-    return display.plot(legend_loc="outside").figure_
+    fig = display.plot(legend_loc="outside").figure_
+    # plot() left the figure laid out at its final size, checked for the Axes' size and that
+    # nothing is cut off: savefig keeps that layout instead of solving it again (~0.15 s CPU)
+    fig.set_layout_engine("none")
+    return fig
 
 
 def _risk_coverage(ev: Evaluation) -> Any:
