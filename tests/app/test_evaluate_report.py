@@ -277,3 +277,29 @@ def test_a_statistic_too_large_for_the_design_is_skipped_with_a_note(monkeypatch
     assert ("ensemble", "eece") not in metrics and ("unscaled", "ece") in metrics
     assert any("No interval for ensemble:eece" in note for note in ev.notes)
     assert ev.verdicts[2]["ci_low"] is None and "No interval" in ev.verdicts[2]["detail"]
+
+
+def test_the_epistemic_figure_is_saved_as_laid_out_and_checked(tmp_path):
+    # issue 21: the report keeps the display's checked layout (no second constrained layout at
+    # savefig); the saved figure still shows the whole legend and a full-size diagram
+    import matplotlib.pyplot as plt
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    from bensemble.app.evaluate.figures import figure_makers
+
+    probs, labels = _members(m=5, n=900, k=10)
+    ev = evaluate_predictions(probs, labels, bootstrap=0)
+    fig = figure_makers(ev)["epistemic_reliability"]()
+    try:
+        assert not isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine)
+        fig.savefig(tmp_path / "e.png", dpi=120)
+        ax = fig.axes[0]
+        renderer = fig.canvas.get_renderer()
+        for artist in (ax.get_legend(), ax.yaxis.label, ax.xaxis.label, ax.title):
+            box = artist.get_window_extent(renderer)
+            assert box.x0 >= -0.5 and box.x1 <= fig.bbox.width + 0.5
+            assert box.y0 >= -0.5 and box.y1 <= fig.bbox.height + 0.5
+        side = ax.get_window_extent()
+        assert min(side.width, side.height) >= 0.8 * fig.bbox.height  # not squeezed
+    finally:
+        plt.close(fig)
