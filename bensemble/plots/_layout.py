@@ -24,6 +24,7 @@ __all__ = [
     "diagonal",
     "diagonal_extent",
     "keep_axes_size",
+    "lay_out",
     "legend_columns",
     "legend_overlaps_data",
     "marker_handle",
@@ -138,10 +139,9 @@ def place_legend(ax: Any, loc: str | None, extra: list | None = None, **kwargs: 
         unique[label] = unique.pop(label)
     args = (list(unique.values()), list(unique))
     if loc == FREE:
-        # lay the figure out so the boxes are final (no pixels rendered: the layout and the
-        # text extents of a full draw, at about half its cost)
+        # lay the figure out so the boxes are final (the layout engine alone: no drawing)
         bare = ax.get_legend() is None
-        ax.figure.draw_without_rendering()
+        lay_out(ax.figure)
         if bare:  # the side before the legend, for keep_axes_size (no layout of its own)
             box = ax.get_window_extent()
             ax._bensemble_bare_side = float(min(box.width, box.height))
@@ -228,9 +228,21 @@ def legend_columns(n_entries: int, rows: int = LEGEND_ROWS) -> int:
     return max(1, -(-n_entries // rows))
 
 
+def lay_out(fig: Any) -> None:
+    """Lay ``fig`` out as a draw would: its layout engine, then every Axes' aspect (no drawing;
+    without an engine, a draw without rendering)."""
+    engine = fig.get_layout_engine()
+    if engine is None or not callable(getattr(engine, "execute", None)):
+        fig.draw_without_rendering()
+        return
+    engine.execute(fig)
+    for ax in fig.axes:
+        ax.apply_aspect()
+
+
 def axes_side(ax: Any) -> float:
     """The smaller side of ``ax`` in pixels, after laying the figure out."""
-    ax.figure.draw_without_rendering()
+    lay_out(ax.figure)
     box = ax.get_window_extent()
     return float(min(box.width, box.height))
 

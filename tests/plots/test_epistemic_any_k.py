@@ -130,17 +130,23 @@ def test_bad_max_classes(bad):
 
 
 def _count_layouts(monkeypatch) -> list:
-    """Every ``Figure.draw_without_rendering`` (one constrained layout each) is recorded."""
+    """Every constrained layout and every draw without rendering is recorded."""
     from matplotlib.figure import Figure
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
 
     calls: list = []
-    real = Figure.draw_without_rendering
+    real_draw, real_layout = Figure.draw_without_rendering, ConstrainedLayoutEngine.execute
 
-    def counted(self):
-        calls.append(self)
-        return real(self)
+    def draw(self):
+        calls.append("draw")
+        return real_draw(self)
 
-    monkeypatch.setattr(Figure, "draw_without_rendering", counted)
+    def layout(self, fig):
+        calls.append("layout")
+        return real_layout(self, fig)
+
+    monkeypatch.setattr(Figure, "draw_without_rendering", draw)
+    monkeypatch.setattr(ConstrainedLayoutEngine, "execute", layout)
     return calls
 
 
@@ -151,14 +157,14 @@ def test_an_outside_legend_costs_one_layout(k, monkeypatch):
     details, _ = _details(k)
     calls = _count_layouts(monkeypatch)
     EpistemicReliabilityDisplay.from_details(details, name="ensemble").plot(legend_loc="outside")
-    assert len(calls) == 1
+    assert calls == ["layout"]  # the layout alone: nothing drawn
 
 
 def test_a_free_legend_measures_the_bare_side_in_its_own_layout(monkeypatch):
     details, _ = _details(2)
     calls = _count_layouts(monkeypatch)
     EpistemicReliabilityDisplay.from_details(details, name="ensemble").plot(legend_loc="free")
-    assert len(calls) == 2  # place_legend's layout (no legend yet) and the check with it
+    assert calls == ["layout", "layout"]  # place_legend's (no legend yet), the check with it
 
 
 @pytest.mark.parametrize("k", [2, 10, 100])
