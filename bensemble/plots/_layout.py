@@ -26,6 +26,7 @@ __all__ = [
     "keep_axes_size",
     "lay_out",
     "legend_columns",
+    "legend_inside",
     "legend_overlaps_data",
     "marker_handle",
     "place_legend",
@@ -261,15 +262,31 @@ def side_without_legend(ax: Any) -> float | None:
     now = float(min(box.width, box.height))
     if legend is None or not legend.get_visible() or not legend.get_in_layout():
         return now
+    if legend_inside(ax):
+        return now
     drawn = legend.get_window_extent(ax.figure.canvas.get_renderer())
     within_height = drawn.y0 >= box.y0 - 0.5 and drawn.y1 <= box.y1 + 0.5
-    if within_height and drawn.x0 >= box.x0 - 0.5 and drawn.x1 <= box.x1 + 0.5:
-        return now
     cell = ax.get_position(original=True)
     width, height = cell.width * ax.figure.bbox.width, cell.height * ax.figure.bbox.height
     if within_height and drawn.x0 >= box.x1 and width >= height and abs(now - height) < 0.5:
         return now
     return None
+
+
+def legend_inside(ax: Any) -> bool:
+    """Whether ``ax`` has a legend lying inside the Axes, within half a pixel (after a layout);
+    such a legend moves no margin of a constrained layout."""
+    legend = ax.get_legend()
+    if legend is None:
+        return False
+    drawn = legend.get_window_extent(ax.figure.canvas.get_renderer())
+    box = ax.get_window_extent()
+    return (
+        drawn.x0 >= box.x0 - 0.5
+        and drawn.x1 <= box.x1 + 0.5
+        and drawn.y0 >= box.y0 - 0.5
+        and drawn.y1 <= box.y1 + 0.5
+    )
 
 
 def keep_axes_size(ax: Any, side: float | None = None, *, max_steps: int = 6) -> None:

@@ -63,23 +63,15 @@ def figure_makers(ev: Evaluation) -> dict[str, Callable[[], Any]]:
 
 def _reliability(bins: Any, name: str | None) -> Any:
     from bensemble import plots
+    from bensemble.plots._layout import legend_inside
 
     lower, upper = plots.wilson_interval(bins.sum_correct, bins.counts, 0.95)
     display = plots.ReliabilityDisplay(bins, lower, upper, name=name).plot()
-    if _legend_inside(display.ax_):
+    if legend_inside(display.ax_):
         # the "free" placement laid the finished figure out, and a legend inside the Axes
         # moves no margin: savefig keeps that layout instead of solving it again
         display.figure_.set_layout_engine("none")
     return display.figure_
-
-
-def _legend_inside(ax: Any) -> bool:
-    """Whether the legend of ``ax`` lies inside its Axes (after a layout)."""
-    legend = ax.get_legend()
-    if legend is None:
-        return False
-    box, inner = legend.get_window_extent(ax.figure.canvas.get_renderer()), ax.get_window_extent()
-    return box.x0 >= inner.x0 and box.x1 <= inner.x1 and box.y0 >= inner.y0 and box.y1 <= inner.y1
 
 
 def _epistemic(details: Any, name: str = "ensemble") -> Any:
