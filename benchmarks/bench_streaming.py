@@ -55,7 +55,12 @@ import _harness  # noqa: E402
 
 #: The previous implementation: the last commit before the one streaming engine.
 PREVIOUS_COMMIT = "67b1c64"
-_MAIN = "import sys; from bensemble.cli import main; sys.exit(main(sys.argv[1:]))"
+#: What the ``bensemble`` console script of each version runs: ``bensemble.cli:console`` (exits
+#: without the interpreter's teardown), before it ``bensemble.cli:main`` (the previous commit).
+_MAIN = (
+    "import sys; from bensemble import cli; "
+    "cli.console() if hasattr(cli, 'console') else sys.exit(cli.main(sys.argv[1:]))"
+)
 
 
 # ----------------------------------------------------------------------------- helpers

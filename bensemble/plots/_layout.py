@@ -24,10 +24,13 @@ __all__ = [
     "diagonal",
     "diagonal_extent",
     "keep_axes_size",
+    "lay_out",
     "legend_columns",
+    "legend_inside",
     "legend_overlaps_data",
     "marker_handle",
     "place_legend",
+    "side_without_legend",
 ]
 
 #: ``gid`` of the ``y = x`` reference line; one per Axes.
@@ -137,9 +140,12 @@ def place_legend(ax: Any, loc: str | None, extra: list | None = None, **kwargs: 
         unique[label] = unique.pop(label)
     args = (list(unique.values()), list(unique))
     if loc == FREE:
-        # lay the figure out so the boxes are final (no pixels rendered: the layout and the
-        # text extents of a full draw, at about half its cost)
-        ax.figure.draw_without_rendering()
+        # lay the figure out so the boxes are final (the layout engine alone: no drawing)
+        bare = ax.get_legend() is None
+        lay_out(ax.figure)
+        if bare:  # the side before the legend, for keep_axes_size (no layout of its own)
+            box = ax.get_window_extent()
+            ax._bensemble_bare_side = float(min(box.width, box.height))
         for candidate in FREE_CANDIDATES:
             legend = ax.legend(*args, loc=candidate, **kwargs)
             if not legend_overlaps_data(ax):
@@ -223,21 +229,93 @@ def legend_columns(n_entries: int, rows: int = LEGEND_ROWS) -> int:
     return max(1, -(-n_entries // rows))
 
 
+def lay_out(fig: Any) -> None:
+    """Lay ``fig`` out as a draw would: its layout engine, then every Axes' aspect (no drawing;
+    without an engine, a draw without rendering)."""
+    engine = fig.get_layout_engine()
+    if engine is None or not callable(getattr(engine, "execute", None)):
+        fig.draw_without_rendering()
+        return
+    engine.execute(fig)
+    for ax in fig.axes:
+        ax.apply_aspect()
+
+
 def axes_side(ax: Any) -> float:
     """The smaller side of ``ax`` in pixels, after laying the figure out."""
-    ax.figure.draw_without_rendering()
+    lay_out(ax.figure)
     box = ax.get_window_extent()
     return float(min(box.width, box.height))
 
 
-def keep_axes_size(ax: Any, side: float, *, max_steps: int = 6) -> None:
+def side_without_legend(ax: Any) -> float | None:
+    """The smaller side ``ax`` would have without its legend, read off the current layout
+    (call right after one), or None when the legend may have changed it.
+
+    A legend inside the Axes changes no margin: the side is the current one. A legend right of
+    the Axes and within their height (``"outside"``) changes the horizontal margins only: when
+    the Axes are limited by the height of their layout box (a square in a wider box), the side
+    is that height, legend or not.
+    """
+    legend = ax.get_legend()
+    box = ax.get_window_extent()
+    now = float(min(box.width, box.height))
+    if legend is None or not legend.get_visible() or not legend.get_in_layout():
+        return now
+    if legend_inside(ax):
+        return now
+    drawn = legend.get_window_extent(ax.figure.canvas.get_renderer())
+    within_height = drawn.y0 >= box.y0 - 0.5 and drawn.y1 <= box.y1 + 0.5
+    cell = ax.get_position(original=True)
+    width, height = cell.width * ax.figure.bbox.width, cell.height * ax.figure.bbox.height
+    if within_height and drawn.x0 >= box.x1 and width >= height and abs(now - height) < 0.5:
+        return now
+    return None
+
+
+def legend_inside(ax: Any) -> bool:
+    """Whether ``ax`` has a legend lying inside the Axes, within half a pixel (after a layout);
+    such a legend moves no margin of a constrained layout."""
+    legend = ax.get_legend()
+    if legend is None:
+        return False
+    drawn = legend.get_window_extent(ax.figure.canvas.get_renderer())
+    box = ax.get_window_extent()
+    return (
+        drawn.x0 >= box.x0 - 0.5
+        and drawn.x1 <= box.x1 + 0.5
+        and drawn.y0 >= box.y0 - 0.5
+        and drawn.y1 <= box.y1 + 0.5
+    )
+
+
+def keep_axes_size(ax: Any, side: float | None = None, *, max_steps: int = 6) -> None:
     """Widen ``ax``'s figure (one the display created) until nothing drawn lies outside it and
     the smaller side of ``ax`` is back to ``side`` pixels (its size before the legend), within
-    half a pixel. Stops when a step no longer helps (e.g. the Axes are limited by the height)."""
+    half a pixel. Stops when a step no longer helps (e.g. the Axes are limited by the height).
+
+    ``side=None`` (call after placing the legend): the side without the legend, as
+    :func:`place_legend`'s ``"free"`` layout measured it, else read off the first layout where
+    :func:`side_without_legend` can (no extra layout), else measured by a layout with the
+    legend left out of it. The figure is always left laid out at its final
+    size (the last step is a layout pass).
+    """
     fig = ax.figure
+    if side is None:  # measured by place_legend's "free" layout, before the legend came
+        side = ax.__dict__.pop("_bensemble_bare_side", None)
     previous = -1.0
     for _ in range(max_steps):
         now = axes_side(ax)
+        if side is None:
+            side = side_without_legend(ax)
+            if side is None:  # measure: a layout without the legend, then back with it
+                legend = ax.get_legend()
+                legend.set_in_layout(False)
+                try:
+                    side = axes_side(ax)
+                finally:
+                    legend.set_in_layout(True)
+                now = axes_side(ax)
         tight = fig.get_tightbbox()
         width, height = fig.get_size_inches()
         overflow = max(0.0, tight.x1 - width) + max(0.0, -tight.x0)
@@ -248,6 +326,7 @@ def keep_axes_size(ax: Any, side: float, *, max_steps: int = 6) -> None:
             return  # the width is no longer what limits the Axes
         previous = now
         fig.set_size_inches(width + overflow + deficit + 0.02, height)
+    axes_side(ax)  # out of steps: lay the figure out at the size it was left at
 
 
 def check_limits(limits: Any, scale: str, fn: str) -> tuple[float, float]:

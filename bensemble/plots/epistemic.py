@@ -32,7 +32,6 @@ from bensemble.metrics.binning import Binning, KMeansBinning
 from bensemble.metrics.epistemic import EECEDetails, expected_epistemic_calibration_error
 from bensemble.plots._classes import DEFAULT_MAX_CLASSES, ClasswiseView, select_details
 from bensemble.plots._layout import (
-    axes_side,
     check_limits,
     diagonal,
     diagonal_extent,
@@ -269,6 +268,7 @@ class EpistemicReliabilityDisplay:
         if ax is None:
             wide = legend_loc == "outside"  # room for the legend right of the square diagram
             fig, ax = plt.subplots(figsize=(7.5 if wide else 5.5, 5), layout="constrained")
+            ax.set_anchor("W" if wide else "C")  # wide: the legend takes the slack
         else:
             fig = ax.figure
         previous = diagonal_extent(ax)  # another display is on this Axes already
@@ -322,10 +322,10 @@ class EpistemicReliabilityDisplay:
             title += f"\n({self.n_hidden_} bin(s) with a zero value not shown on log axes)"
         ax.set_title(title, fontsize="medium")
         self.legend_handles_ = [*handles, self.diagonal_]
-        side = axes_side(ax) if made and legend_loc is not None else None
         place_legend(ax, legend_loc, handles, ncols=legend_columns(len(self.legend_handles_)))
-        if side is not None:  # our figure: a long legend widens it, never shrinks the diagram
-            keep_axes_size(ax, side)
+        if made and legend_loc is not None:
+            # our figure: a long legend widens it, never shrinks the diagram
+            keep_axes_size(ax)
         self.scale_ = scale
         self.ax_ = ax
         self.figure_ = fig

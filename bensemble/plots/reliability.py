@@ -259,7 +259,6 @@ class ReliabilityDisplay:
         ax.set_ylim(0, 1)
         ax.set_ylabel("Accuracy")
         ax.set_title(f"Reliability diagram ({self.confidence_level:.0%} Wilson intervals)")
-        place_legend(ax, legend_loc, fontsize="small")
         self.bars_ = None
         if counts_ax is not None:
             edges = b.edges.cpu().numpy()
@@ -282,6 +281,8 @@ class ReliabilityDisplay:
             ax.set_xlabel("" if shared_x else "Confidence")
         else:
             ax.set_xlabel("Confidence")
+        # last: a "free" placement lays out the finished figure (counts panel and labels)
+        place_legend(ax, legend_loc, fontsize="small")
         self.ax_ = ax
         self.counts_ax_ = counts_ax
         self.figure_ = fig

@@ -277,3 +277,31 @@ def test_a_statistic_too_large_for_the_design_is_skipped_with_a_note(monkeypatch
     assert ("ensemble", "eece") not in metrics and ("unscaled", "ece") in metrics
     assert any("No interval for ensemble:eece" in note for note in ev.notes)
     assert ev.verdicts[2]["ci_low"] is None and "No interval" in ev.verdicts[2]["detail"]
+
+
+@pytest.mark.parametrize("stem", ["epistemic_reliability", "reliability"])
+def test_figures_are_saved_as_laid_out_and_checked(tmp_path, stem):
+    # issue 21: the report keeps the layout the display made and checked (no second constrained
+    # layout at savefig); the saved figure still shows everything, the diagram at full size
+    import matplotlib.pyplot as plt
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    from bensemble.app.evaluate.figures import figure_makers
+
+    probs, labels = _members(m=5, n=900, k=10)
+    ev = evaluate_predictions(probs, labels, bootstrap=0)
+    fig = figure_makers(ev)[stem]()
+    try:
+        assert not isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine)
+        fig.savefig(tmp_path / f"{stem}.png", dpi=120)
+        renderer = fig.canvas.get_renderer()
+        ax = fig.axes[0]
+        shown = [ax.get_legend()] + [t for a in fig.axes for t in (a.xaxis.label, a.yaxis.label)]
+        for artist in [*shown, ax.title]:
+            box = artist.get_window_extent(renderer)
+            assert box.x0 >= -0.5 and box.x1 <= fig.bbox.width + 0.5, artist
+            assert box.y0 >= -0.5 and box.y1 <= fig.bbox.height + 0.5, artist
+        side = ax.get_window_extent()
+        assert min(side.width, side.height) >= 0.6 * min(fig.bbox.width, fig.bbox.height)
+    finally:
+        plt.close(fig)

@@ -127,3 +127,71 @@ def test_bad_max_classes(bad):
     details, _ = _details(10)
     with pytest.raises(ValueError, match="`max_classes`"):
         EpistemicReliabilityDisplay.from_details(details).plot(max_classes=bad)
+
+
+def _count_layouts(monkeypatch) -> list:
+    """Every constrained layout and every draw without rendering is recorded."""
+    from matplotlib.figure import Figure
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    calls: list = []
+    real_draw, real_layout = Figure.draw_without_rendering, ConstrainedLayoutEngine.execute
+
+    def draw(self):
+        calls.append("draw")
+        return real_draw(self)
+
+    def layout(self, fig):
+        calls.append("layout")
+        return real_layout(self, fig)
+
+    monkeypatch.setattr(Figure, "draw_without_rendering", draw)
+    monkeypatch.setattr(ConstrainedLayoutEngine, "execute", layout)
+    return calls
+
+
+@pytest.mark.parametrize("k", [2, 10, 100])
+def test_an_outside_legend_costs_one_layout(k, monkeypatch):
+    # the side before the legend is read off the layout with it (issue 21: the tiny report's
+    # epistemic figure used to be laid out three times, then once more by savefig)
+    details, _ = _details(k)
+    calls = _count_layouts(monkeypatch)
+    EpistemicReliabilityDisplay.from_details(details, name="ensemble").plot(legend_loc="outside")
+    assert calls == ["layout"]  # the layout alone: nothing drawn
+
+
+def test_a_free_legend_measures_the_bare_side_in_its_own_layout(monkeypatch):
+    details, _ = _details(2)
+    calls = _count_layouts(monkeypatch)
+    EpistemicReliabilityDisplay.from_details(details, name="ensemble").plot(legend_loc="free")
+    assert calls == ["layout", "layout"]  # place_legend's (no legend yet), the check with it
+
+
+@pytest.mark.parametrize("k", [2, 10, 100])
+@pytest.mark.parametrize("loc", ["outside", "upper left"])
+def test_side_without_legend_is_the_side_a_layout_without_it_gives(k, loc):
+    from bensemble.plots._layout import axes_side, side_without_legend
+
+    details, _ = _details(k)
+    fig, ax = plt.subplots(figsize=(7.5, 5), layout="constrained")
+    display = EpistemicReliabilityDisplay.from_details(details, name="ensemble")
+    display.plot(ax=ax, legend_loc=loc)
+    ax.set_anchor("W")
+    axes_side(ax)
+    read = side_without_legend(ax)
+    assert read is not None
+    ax.get_legend().set_in_layout(False)
+    assert read == pytest.approx(axes_side(ax), abs=0.5)
+
+
+def test_side_without_legend_declines_when_the_legend_squeezes_the_axes():
+    from bensemble.plots._layout import axes_side, side_without_legend
+
+    details, _ = _details(10)
+    fig, ax = plt.subplots(figsize=(5.5, 5), layout="constrained")
+    display = EpistemicReliabilityDisplay.from_details(details, name="ensemble")
+    display.plot(ax=ax, legend_loc="outside")  # no room for it: the width limits the Axes
+    squeezed = axes_side(ax)
+    assert side_without_legend(ax) is None
+    ax.get_legend().set_in_layout(False)
+    assert axes_side(ax) > squeezed + 10
