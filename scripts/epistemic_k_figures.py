@@ -37,6 +37,7 @@ def members(k: int, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def main(argv: list[str] | None = None) -> int:
     from bensemble.metrics import expected_epistemic_calibration_error
+    from bensemble.metrics.binning import KMeansBinning
     from bensemble.plots import EpistemicReliabilityDisplay
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     for k in (2, 10, 100):
         probs, labels = members(k, 3000, args.seed)
         details = expected_epistemic_calibration_error(
-            probs, labels, 20, seed=0, return_details=True
+            probs, labels, KMeansBinning(20, seed=0), return_details=True
         )
         display = EpistemicReliabilityDisplay.from_details(details, name="ensemble").plot()
         fig = display.figure_
