@@ -60,8 +60,7 @@ def _stage(
     details = M.expected_epistemic_calibration_error(
         members[..., 1] if binary else members,
         labels,
-        n_bins=_eece_bins(labels.shape[0]),
-        seed=seed,
+        M.KMeansBinning(_eece_bins(labels.shape[0]), seed=seed),
         return_details=True,
         binary=binary,
     )

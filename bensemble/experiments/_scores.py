@@ -31,6 +31,7 @@ from bensemble.methods.zoo import (
     member_probs,
 )
 from bensemble.metrics import (
+    KMeansBinning,
     accuracy,
     binary_calibration_error,
     expected_epistemic_calibration_error,
@@ -114,7 +115,7 @@ def binary_scores(
         "accuracy": accuracy(torch.stack([1.0 - mean, mean], dim=1), y),
         "ece": binary_calibration_error(p, y, n_bins=ECE_BINS, binary=True),
         "eece": expected_epistemic_calibration_error(
-            p, y, n_bins=n_bins, binning="kmeans", seed=seed, backend=EECE_BACKEND, binary=True
+            p, y, KMeansBinning(n_bins, seed=seed, backend=EECE_BACKEND), binary=True
         ),
     }
     if eta is not None:

@@ -40,7 +40,11 @@ from bensemble.experiments.runner import (
 )
 from bensemble.experiments.verdicts import compare_values
 from bensemble.methods.zoo import ZooSettings, member_probs
-from bensemble.metrics import expected_epistemic_calibration_error, true_epistemic_calibration_error
+from bensemble.metrics import (
+    KMeansBinning,
+    expected_epistemic_calibration_error,
+    true_epistemic_calibration_error,
+)
 from bensemble.metrics.epistemic import auto_n_bins
 
 __all__ = ["BINS", "N_TEST", "N_TRAIN", "SPEC", "run"]
@@ -90,8 +94,8 @@ def _measure(config: BinningConfig, context, n_bins: int, seed: int) -> list[dic
     with warnings.catch_warnings():  # sparse bins are the point of the sweep
         warnings.simplefilter("ignore", UserWarning)
         eece = expected_epistemic_calibration_error(
-            context["p"], context["y"], n_bins=n_bins, binning="kmeans", seed=seed,
-            backend=EECE_BACKEND, binary=True,
+            context["p"], context["y"], KMeansBinning(n_bins, seed=seed, backend=EECE_BACKEND),
+            binary=True,
         )  # fmt: skip
     tece = context["tece"]
     return [{"n_bins": n_bins, "EECE": eece, "TECE": tece, GAP: abs(eece - tece),
