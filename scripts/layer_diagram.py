@@ -6,7 +6,7 @@ Used by ``tests/test_architecture.py`` (no circles, nothing imported from a high
 Layers, lowest first; a module may import its own package and any lower layer, never a higher one:
 
 0 foundation   ``_validation*``, ``_scalar_checks``, ``_options``, ``_progress``, ``_terminal``,
-               ``_seeds``, ``_renamed``, ``_io_*``, ``io``, ``losses``
+               ``_seeds``, ``_renamed``, ``_ray``, ``_io_*``, ``io``, ``losses``
 1 primitives   ``layers``, ``uncertainty``, ``calibration``, ``datasets``, ``utils``
 2 models and metrics   ``core``, ``metrics``
 3 library      ``regression``, ``conformal``, ``methods``, ``diversity``, ``search``, ``plots``,
@@ -34,6 +34,7 @@ LAYERS: dict[str, int] = {
             "_scalar_checks",
             "_options",
             "_progress",
+            "_ray",
             "_terminal",
             "_seeds",
             "_renamed",

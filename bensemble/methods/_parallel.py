@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from bensemble._ray import ray_session
 from bensemble.methods._member_training import NullBar, build_member
 
 __all__ = ["BACKENDS", "MemberBackend", "run_members"]
@@ -120,26 +121,7 @@ def run_members(
 
 
 def _run_ray(make_model, dataset, config, seeds, n_jobs, temp_dir, bar) -> list:
-    fn = config.fn
-    try:
-        import ray
-    except ImportError:
-        raise ValueError(
-            f"{fn}: `backend` 'ray' needs the optional ray package (pip install "
-            "'bensemble[ray]'); it is not installed"
-        ) from None
-    started = False
-    if not ray.is_initialized():
-        options: dict[str, Any] = {
-            "num_cpus": _n_workers(n_jobs, len(seeds)),
-            "include_dashboard": False,
-            "log_to_driver": False,
-        }
-        if temp_dir is not None:
-            options["_temp_dir"] = os.path.abspath(os.fspath(temp_dir))
-        ray.init(**options)
-        started = True
-    try:
+    with ray_session(config.fn, _n_workers(n_jobs, len(seeds)), temp_dir) as ray:
         task = ray.remote(num_cpus=1)(_member_task)
         data_ref = ray.put(dataset)
         refs = [task.remote(make_model, data_ref, config, a, b) for a, b in seeds]
@@ -148,6 +130,3 @@ def _run_ray(make_model, dataset, config, seeds, n_jobs, temp_dir, bar) -> list:
             members.append(ray.get(ref))
             bar.update(config.epochs)
         return members
-    finally:
-        if started:
-            ray.shutdown()

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from bensemble._ray import ray_session
 from bensemble.app.evaluate.engine import accumulate
 from bensemble.app.evaluate.plan import Plan
 from bensemble.app.evaluate.sources import Predictions
@@ -71,32 +72,10 @@ def run_ranges(
 
 
 def _run_ray(tasks, plan, workers, temp_dir) -> list[EvaluationState]:
-    fn = "evaluate_shards"
-    try:
-        import ray
-    except ImportError:
-        raise ValueError(
-            f"{fn}: `backend` 'ray' needs the optional ray package (pip install "
-            "'bensemble[ray]'); it is not installed"
-        ) from None
-    started = False
-    if not ray.is_initialized():
-        options: dict[str, Any] = {
-            "num_cpus": max(1, workers),
-            "include_dashboard": False,
-            "log_to_driver": False,
-        }
-        if temp_dir is not None:
-            options["_temp_dir"] = os.path.abspath(os.fspath(temp_dir))
-        ray.init(**options)
-        started = True
-    try:
+    with ray_session("evaluate_shards", workers, temp_dir) as ray:
         remote = ray.remote(num_cpus=1)(_task)
         plan_ref = ray.put(plan)
         states = ray.get([remote.remote(t, plan_ref) for t in tasks])
         # Ray hands numpy arrays back read-only (zero-copy from its object store); the states
         # merge and sort in place, so they get their own memory
         return [copy.deepcopy(state) for state in states]
-    finally:
-        if started:
-            ray.shutdown()
