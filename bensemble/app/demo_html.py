@@ -1,8 +1,10 @@
 """Verdicts and ``report.html`` of ``bensemble demo`` (see :mod:`bensemble.app.demo`).
 
 :func:`method_verdicts` answers the questions of :mod:`bensemble.app.verdict` for one method on
-the test set, with 95% bootstrap intervals (:data:`~bensemble.app.bootstrap.DEFAULT_BOOTSTRAP`
-replicates, seeded by the demo's seed): the ECE of the pooled prediction before and after
+the test set, with the 95% intervals of ``bensemble evaluate`` (Poisson-bootstrap replicate states
+of :mod:`bensemble.metrics.intervals`, :data:`~bensemble.app.bootstrap.DEFAULT_BOOTSTRAP`
+replicates seeded by the demo's seed; the ECE's and the EECE's two-step L1 intervals are valid
+near zero): the ECE of the pooled prediction before and after
 scaling (each verdict names its stage), the paired NLL difference after - before scaling, and
 the EECE of the members at the deployed stage (scaled when a temperature was fitted; K-means
 bins held fixed). :func:`demo_page` lays the datasets out: per dataset and question a summary
@@ -18,14 +20,10 @@ from typing import Any
 
 import torch
 
-from bensemble.app.bootstrap import (
-    DEFAULT_BOOTSTRAP,
-    BootstrapPlan,
-    calibrated_ece_null,
-    percentile_interval,
-)
-from bensemble.app.bootstrap_stats import eece_partition, per_sample_nll
+from bensemble.app.bootstrap import DEFAULT_BOOTSTRAP
+from bensemble.app.bootstrap_stats import per_sample_nll
 from bensemble.app.verdict import (
+    CALIBRATION_RULE_TWO_STEP,
     QUESTIONS,
     RULES,
     calibration_verdict,
@@ -47,14 +45,52 @@ VERDICT_COLUMNS = {
 }
 
 
-def _ece_stats(pooled: torch.Tensor, labels: torch.Tensor, n_bins: int) -> tuple:
-    """``(ids, gaps, conf)`` of the top-label ECE of ``pooled [n, K]`` (equal-width bins)."""
-    from bensemble.metrics._binning import uniform_bin_ids
+def _deployed_eece_inputs(members: torch.Tensor, labels: torch.Tensor, details: Any) -> tuple:
+    """``(name options, update arguments)`` of the EECE's replicate statistic: the members in the
+    EECE's canonical order, binned by ``details.point_bins`` (the first K-means seed's partition,
+    held fixed in every replicate)."""
+    from bensemble.metrics._epistemic_checks import canonical_member_order
 
-    pred = pooled.argmax(1)
-    conf = pooled.gather(1, pred[:, None]).squeeze(1)
-    ids = uniform_bin_ids(conf, n_bins)
-    return ids, (pred == labels).to(torch.float64) - conf.double(), conf
+    binary = members.shape[-1] == 2
+    p = members[..., 1] if binary else members
+    order = canonical_member_order(p)
+    p = p if order is None else p[order]
+    n, slots = labels.shape[0], details.counts.shape[-1]
+    groups = 1 if binary else members.shape[-1]
+    bins = details.point_bins.reshape(groups, n).to(torch.int64)
+    options = {"n_members": p.shape[0], "n_slots": slots}
+    options.update({"binary": True} if binary else {"n_groups": groups})
+    return options, (p, labels, bins)
+
+
+def _intervals(stages: dict, labels: torch.Tensor, n_bins: int, n_boot: int, seed: int) -> dict:
+    """Name -> :class:`~bensemble.metrics.intervals.Interval`, from one Poisson-bootstrap
+    :class:`~bensemble.metrics.intervals.ReplicateState` over the test set (as ``bensemble
+    evaluate``): ``ece_before`` / ``ece_after`` and ``eece`` by the two-step L1 interval (valid
+    near zero), the paired ``nll`` difference by percentiles. Empty when ``n_boot == 0``."""
+    from bensemble.metrics.intervals import ReplicateState
+
+    if n_boot == 0:
+        return {}
+    state = ReplicateState(n_boot, seed=seed)
+    inputs: dict[str, tuple] = {}
+    for stage, (_, pooled, _) in stages.items():
+        state.add_calibration(f"ece_{stage}", n_bins)
+        inputs[f"ece_{stage}"] = (pooled, labels)
+    if "after" in stages:
+        state.add_mean("nll")
+        after_nll = per_sample_nll(stages["after"][1], labels)
+        inputs["nll"] = (after_nll - per_sample_nll(stages["before"][1], labels),)
+    members, _, details = stages["after" if "after" in stages else "before"]
+    options, inputs["eece"] = _deployed_eece_inputs(members, labels, details)
+    state.add_eece("eece", **options)
+    state.update(range(labels.shape[0]), inputs)
+    return state.compute()
+
+
+def _ends_of(intervals: dict, name: str) -> tuple[float, float] | None:
+    interval = intervals.get(name)
+    return None if interval is None else (interval.low, interval.high)
 
 
 def method_verdicts(
@@ -70,45 +106,31 @@ def method_verdicts(
     ``stages`` maps ``"before"`` (and ``"after"``, when a temperature was fitted) to
     ``(members [H, n, K], pooled [n, K], EECE details)``. Calibration is judged at both stages
     (each verdict names its stage), the NLL change across them, and the members' epistemic
-    calibration at the stage a user would deploy: scaled when there is one, else unscaled.
+    calibration at the stage a user would deploy: scaled when there is one, else unscaled. The
+    intervals are those of ``bensemble evaluate`` (:func:`_intervals`): the ECE's and the EECE's
+    are valid near zero, so the ECE rule needs no calibrated-model reference.
     """
     from bensemble.metrics import expected_calibration_error, negative_log_likelihood
 
     deployed = "after" if "after" in stages else "before"
-    plan = BootstrapPlan(labels.shape[0])
-    ece_inputs = {}
-    for stage, (_, pooled, _) in stages.items():
-        ids, gaps, conf = _ece_stats(pooled, labels, n_bins)
-        ece_inputs[stage] = (ids, conf)
-        plan.binned_gap(f"ece_{stage}", ids, gaps, n_bins + 1)
-    if "after" in stages:
-        after_nll = per_sample_nll(stages["after"][1], labels)
-        plan.mean("nll", after_nll - per_sample_nll(stages["before"][1], labels))
-    members, _, details = stages[deployed]
-    binary = members.shape[-1] == 2
-    vectors = members[..., 1] if binary else members
-    plan.eece("eece", **eece_partition(vectors, labels, details, binary=binary))
-    reps = plan.run(n_boot, seed=seed)
+    intervals = _intervals(stages, labels, n_bins, n_boot, seed)
     out: dict[str, dict[str, Any]] = {}
     for stage, name in (("before", "unscaled"), ("after", "scaled")):
         if stage not in stages:
             continue
-        pooled = stages[stage][1]
-        ece = expected_calibration_error(pooled, labels, n_bins=n_bins)
-        ids, conf = ece_inputs[stage]
-        null = calibrated_ece_null(conf, ids, n_bins + 1, n_boot, seed=seed)
-        q95 = float(torch.quantile(null, 0.95)) if null.numel() else None
-        ci = percentile_interval(reps[f"ece_{stage}"], debias_from=ece) if n_boot else None
-        v = calibration_verdict(ece, ci, null_q95=q95, stage=name)
-        out[f"calibrated_{name}"] = verdict_dict(v, RULES[0], ece, ci)
+        ece = expected_calibration_error(stages[stage][1], labels, n_bins=n_bins)
+        ci = _ends_of(intervals, f"ece_{stage}")
+        v = calibration_verdict(ece, ci, stage=name)
+        out[f"calibrated_{name}"] = verdict_dict(v, CALIBRATION_RULE_TWO_STEP, ece, ci)
     before = negative_log_likelihood(stages["before"][1], labels)
     after = negative_log_likelihood(stages["after"][1], labels) if "after" in stages else None
     diff = None if after is None else after - before
-    ci = percentile_interval(reps["nll"]) if n_boot and after is not None else None
+    ci = _ends_of(intervals, "nll")
     out["scaling"] = verdict_dict(
         scaling_verdict(diff, ci, before=before, after=after), RULES[1], diff, ci
     )
-    ci = percentile_interval(reps["eece"], debias_from=details.value) if n_boot else None
+    members, _, details = stages[deployed]
+    ci = _ends_of(intervals, "eece")
     name = "scaled" if deployed == "after" else "unscaled"
     v = epistemic_verdict(details.value, ci, members=members.shape[0], stage=name)
     out["epistemic"] = verdict_dict(v, RULES[2], details.value, ci)
