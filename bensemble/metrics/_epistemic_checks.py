@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,23 @@ AUTO_MIN_OCCUPANCY = 10
 AUTO_MAX_BINS = 200
 #: Below this mean number of points per bin the EECE warns (its per-bin terms are too noisy).
 WARN_OCCUPANCY = 10
+
+
+def warn_sparse_bins(fn: str, n_points: int, n_filled: int, stacklevel: int) -> None:
+    """Warn when ``n_points / n_filled`` (points per filled bin) is below :data:`WARN_OCCUPANCY`.
+
+    One text for every call, so that Python's default filter shows it once per call site (a
+    sweep over many tasks does not flood the log); the numbers are in the details.
+    ``stacklevel`` is counted from the caller, as :func:`warnings.warn` counts it.
+    """
+    if n_points / max(n_filled, 1) < WARN_OCCUPANCY:
+        warnings.warn(
+            f"{fn}: bins hold fewer than {WARN_OCCUPANCY} points on average (N / "
+            "details.n_bins_fitted); the per-bin errors are noise-dominated - use fewer bins "
+            "(n_bins='auto') or more points",
+            UserWarning,
+            stacklevel=stacklevel + 1,
+        )
 
 
 def auto_n_bins(n: int) -> int:

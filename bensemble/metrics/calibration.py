@@ -146,6 +146,28 @@ def _check_options(fn: str, n_bins: Any, norm: str | None, binning: str) -> int:
     return n_bins
 
 
+def _checked_top_label_bins(
+    fn: str,
+    probs: Any,
+    labels: Any,
+    n_bins: Any,
+    binning: str,
+    from_logits: bool,
+    norm: str | None = None,
+) -> CalibrationBins:
+    """The options checked (``norm`` too unless None), then ``(probs, labels)``, then the
+    top-label :class:`CalibrationBins`: the shared body of the top-label metrics and
+    :func:`~bensemble.metrics.reliability_diagram`."""
+    n_bins = _check_options(fn, n_bins, norm, binning)
+    p, y = _check_probs_targets(probs, labels, fn, from_logits)
+    return _top_label_stats(p, y, n_bins, binning)
+
+
+def _bins_error(bins: CalibrationBins, norm: str) -> float:
+    """The ``norm`` calibration error of ``bins`` as a Python float."""
+    return float(_norm_from_sums(bins.counts, bins.sum_confidence, bins.sum_correct, norm))
+
+
 def binned_calibration_stats(
     confidences: Any, correct: Any, n_bins: int = 15, binning: str = "uniform"
 ) -> CalibrationBins:
@@ -191,7 +213,7 @@ def calibration_error_from_bins(bins: CalibrationBins, norm: str = "l1") -> floa
     check_option(norm, "norm", NORMS, fn)
     if bins.total <= 0:
         raise ValueError(f"{fn}: `bins` must hold at least one sample (got 0)")
-    return float(_norm_from_sums(bins.counts, bins.sum_confidence, bins.sum_correct, norm))
+    return _bins_error(bins, norm)
 
 
 def calibration_error(
@@ -225,8 +247,7 @@ def calibration_error(
     fn = "calibration_error"
     n_bins = _check_options(fn, n_bins, norm, binning)
     c, ok = _check_confidences_correct(confidences, correct, fn)
-    bins = _binned_stats(c, ok, n_bins, binning)
-    return float(_norm_from_sums(bins.counts, bins.sum_confidence, bins.sum_correct, norm))
+    return _bins_error(_binned_stats(c, ok, n_bins, binning), norm)
 
 
 @renamed_keywords(targets="labels")
@@ -264,10 +285,8 @@ def expected_calibration_error(
         0.3
     """
     fn = "expected_calibration_error"
-    n_bins = _check_options(fn, n_bins, norm, binning)
-    p, y = _check_probs_targets(probs, labels, fn, from_logits)
-    bins = _top_label_stats(p, y, n_bins, binning)
-    return float(_norm_from_sums(bins.counts, bins.sum_confidence, bins.sum_correct, norm))
+    bins = _checked_top_label_bins(fn, probs, labels, n_bins, binning, from_logits, norm)
+    return _bins_error(bins, norm)
 
 
 @renamed_keywords(targets="labels")
@@ -289,10 +308,8 @@ def maximum_calibration_error(
         0.6
     """
     fn = "maximum_calibration_error"
-    n_bins = _check_options(fn, n_bins, None, binning)
-    p, y = _check_probs_targets(probs, labels, fn, from_logits)
-    bins = _top_label_stats(p, y, n_bins, binning)
-    return float(_norm_from_sums(bins.counts, bins.sum_confidence, bins.sum_correct, "max"))
+    bins = _checked_top_label_bins(fn, probs, labels, n_bins, binning, from_logits)
+    return _bins_error(bins, "max")
 
 
 @renamed_keywords(targets="labels")

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import copy
 import statistics
-import warnings
 from typing import Any
 
 import torch
@@ -42,10 +41,10 @@ from bensemble.metrics._eece_stats import (
     _member_variance,
 )
 from bensemble.metrics._epistemic_checks import (
-    WARN_OCCUPANCY,
     auto_n_bins,
     check_eu,
     merge_infos,
+    warn_sparse_bins,
 )
 from bensemble.metrics._epistemic_targets import (
     binary_calibration_error,
@@ -185,16 +184,7 @@ def expected_epistemic_calibration_error(
     stats, per_class, slots, fitted, ids = first
     groups = columns.groups
     n_filled = int((stats["counts"].view(groups, slots) > 0).sum(dim=1).max())
-    if columns.n / n_filled < WARN_OCCUPANCY:
-        # One text for every call, so that Python's default filter shows it once per call site
-        # (a sweep over many tasks does not flood the log); the numbers are in the details.
-        warnings.warn(
-            f"{fn}: bins hold fewer than {WARN_OCCUPANCY} points on average (N / "
-            "details.n_bins_fitted); the per-bin errors are noise-dominated - use fewer bins "
-            "(n_bins='auto') or more points",
-            UserWarning,
-            stacklevel=2,
-        )
+    warn_sparse_bins(fn, columns.n, n_filled, stacklevel=2)
     value = values[0] if len(values) == 1 else statistics.fmean(values)
     if not return_details:
         return value

@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from bensemble._renamed import renamed_keywords
-from bensemble.metrics.calibration import _check_options, _top_label_stats
-from bensemble.metrics.scoring import _check_probs_targets
+from bensemble.metrics.calibration import _checked_top_label_bins
 
 __all__ = ["reliability_diagram"]
 
@@ -41,9 +40,7 @@ def reliability_diagram(
         ([0, 2], [0.0, 0.5], [0.0, 1.0])
     """
     fn = "reliability_diagram"
-    n_bins = _check_options(fn, n_bins, None, binning)
-    p, y = _check_probs_targets(probs, labels, fn, from_logits)
-    bins = _top_label_stats(p, y, n_bins, binning)
+    bins = _checked_top_label_bins(fn, probs, labels, n_bins, binning, from_logits)
     return {
         "confidences": bins.mean_confidence.tolist(),
         "accuracies": bins.accuracy.tolist(),

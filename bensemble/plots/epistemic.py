@@ -31,6 +31,7 @@ from bensemble.metrics._eece_legacy import LEGACY_KEYWORDS
 from bensemble.metrics.binning import Binning, KMeansBinning
 from bensemble.metrics.epistemic import EECEDetails, expected_epistemic_calibration_error
 from bensemble.plots._classes import DEFAULT_MAX_CLASSES, ClasswiseView, select_details
+from bensemble.plots._display import Display
 from bensemble.plots._layout import (
     check_limits,
     diagonal,
@@ -58,7 +59,7 @@ AUTO_LOG_FRACTION = 0.1
 AUTO_LOG_MAX_HIDDEN = 0.1
 
 
-class EpistemicReliabilityDisplay:
+class EpistemicReliabilityDisplay(Display):
     """Epistemic reliability diagram: per bin, reported EU against the members' squared error.
 
     ``x = trust_m`` (mean reported EU in the bin), ``y = mean_h (acc_m - conf[h, m])^2``; the
@@ -267,10 +268,8 @@ class EpistemicReliabilityDisplay:
         made = ax is None
         if ax is None:
             wide = legend_loc == "outside"  # room for the legend right of the square diagram
-            fig, ax = plt.subplots(figsize=(7.5 if wide else 5.5, 5), layout="constrained")
+            _, ax = plt.subplots(figsize=(7.5 if wide else 5.5, 5), layout="constrained")
             ax.set_anchor("W" if wide else "C")  # wide: the legend takes the slack
-        else:
-            fig = ax.figure
         previous = diagonal_extent(ax)  # another display is on this Axes already
         if scale == "auto":
             scale = ax.get_xscale() if previous is not None else auto_scale(self)
@@ -327,8 +326,7 @@ class EpistemicReliabilityDisplay:
             # our figure: a long legend widens it, never shrinks the diagram
             keep_axes_size(ax)
         self.scale_ = scale
-        self.ax_ = ax
-        self.figure_ = fig
+        self._drawn_on(ax)
         return self
 
 

@@ -24,6 +24,7 @@ from bensemble.metrics.calibration import (
     binned_calibration_stats,
     calibration_error_from_bins,
 )
+from bensemble.plots._display import Display
 from bensemble.plots._layout import diagonal, place_legend
 
 __all__ = ["wilson_interval", "ReliabilityDisplay", "plot_reliability_diagram"]
@@ -81,7 +82,7 @@ def wilson_interval(
     return lower, upper
 
 
-class ReliabilityDisplay:
+class ReliabilityDisplay(Display):
     """Reliability diagram: accuracy against mean confidence per bin, with counts.
 
     Holds a :class:`~bensemble.metrics.calibration.CalibrationBins` and its Wilson intervals
@@ -227,7 +228,7 @@ class ReliabilityDisplay:
         if counts_ax is not None and ax is None:
             raise ValueError(f"{fn}: `counts_ax` needs `ax` (got ax=None, which makes a figure)")
         if ax is None:
-            fig, axes = plt.subplots(
+            _, axes = plt.subplots(
                 2 if show_counts else 1,
                 1,
                 sharex=True,
@@ -239,7 +240,6 @@ class ReliabilityDisplay:
             ax = axes[0, 0]
             counts_ax = axes[1, 0] if show_counts else None
         else:
-            fig = ax.figure
             if counts_ax is ax:
                 raise ValueError(f"{fn}: `counts_ax` must be another Axes than `ax`")
             if not show_counts:
@@ -283,9 +283,8 @@ class ReliabilityDisplay:
             ax.set_xlabel("Confidence")
         # last: a "free" placement lays out the finished figure (counts panel and labels)
         place_legend(ax, legend_loc, fontsize="small")
-        self.ax_ = ax
         self.counts_ax_ = counts_ax
-        self.figure_ = fig
+        self._drawn_on(ax)
         return self
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from bensemble.plots._display import Display
 from bensemble.plots._layout import place_legend
 
 __all__ = [
@@ -102,7 +103,7 @@ def eece_ece_summary(rows: Sequence[Mapping[str, Any]]) -> EECEvsECESummary:
     )
 
 
-class EECEvsECEDisplay:
+class EECEvsECEDisplay(Display):
     """Fig. 4(a): log-log scatter of mean EECE (x) vs mean ECE (y), variance error bars.
 
     Args:
@@ -124,8 +125,6 @@ class EECEvsECEDisplay:
         self.summary = summary
         self.reference = reference
         self.floor = float(floor)
-        self.ax_ = None
-        self.figure_ = None
 
     @classmethod
     def from_rows(cls, rows: Sequence[Mapping[str, Any]], **kwargs: Any) -> EECEvsECEDisplay:
@@ -220,7 +219,7 @@ class EECEvsECEDisplay:
         ax.set_title((title or "mean EECE vs mean ECE") + note, fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         place_legend(ax, legend_loc, fontsize=7)
-        self.ax_, self.figure_ = ax, ax.figure
+        self._drawn_on(ax)
         return self
 
 

@@ -17,12 +17,13 @@ from bensemble._validation import (
 )
 from bensemble.metrics._selective_inputs import selective_inputs
 from bensemble.metrics.selective import aurc, risk_coverage_curve, selective_confidence
+from bensemble.plots._display import Display
 from bensemble.plots._layout import place_legend
 
 __all__ = ["RiskCoverageDisplay", "oracle_risk", "plot_risk_coverage"]
 
 
-class RiskCoverageDisplay:
+class RiskCoverageDisplay(Display):
     """Risk-coverage curve: selective risk against coverage as the confidence threshold drops.
 
     Holds the output of :func:`bensemble.metrics.risk_coverage_curve` unchanged; :meth:`plot`
@@ -191,8 +192,7 @@ class RiskCoverageDisplay:
         top = max(float(self.risk.max()) if self.risk.numel() else 0.0, e)
         ax.set_ylim(0.0, max(ax.get_ylim()[1], 1.08 * top if top > 0 else 1.0))
         place_legend(ax, legend_loc if (label or show_oracle or show_random) else None)
-        self.ax_ = ax
-        self.figure_ = ax.figure
+        self._drawn_on(ax)
         return self
 
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from bensemble.metrics.smooth import SmoothCalibrationCurve, smooth_calibration_curve
+from bensemble.plots._display import Display
 from bensemble.plots._layout import diagonal, place_legend
 
 __all__ = ["SmoothCalibrationDisplay"]
 
 
-class SmoothCalibrationDisplay:
+class SmoothCalibrationDisplay(Display):
     """Kernel-smoothed reliability curve.
 
     Args:
@@ -31,8 +32,6 @@ class SmoothCalibrationDisplay:
             )
         self.result = result
         self.label = label
-        self.ax_ = None
-        self.figure_ = None
 
     @classmethod
     def from_predictions(
@@ -85,5 +84,5 @@ class SmoothCalibrationDisplay:
         ax.set_xlabel("confidence")
         ax.set_ylabel("estimated accuracy")
         place_legend(ax, legend_loc, fontsize=8)
-        self.ax_, self.figure_ = ax, ax.figure
+        self._drawn_on(ax)
         return self

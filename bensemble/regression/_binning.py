@@ -21,14 +21,12 @@ import torch
 from bensemble._validation import as_float_tensor
 from bensemble.metrics import assign_bins, fit_bins
 from bensemble.metrics._epistemic_checks import (
-    WARN_OCCUPANCY,
     auto_n_bins,
     canonical_member_order,
     resolve_n_bins,
 )
 
 __all__ = [
-    "WARN_OCCUPANCY",
     "assign",
     "auto_n_bins",
     "canonical",

@@ -41,12 +41,12 @@ noise per bin); members that agree with each other more than with the truth (a s
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any
 
 import torch
 
 from bensemble._validation import as_float_tensor, check_bool
+from bensemble.metrics._epistemic_checks import warn_sparse_bins
 from bensemble.metrics.binning._fit import resolve_seed
 from bensemble.regression import _binning
 from bensemble.regression._eece_kernels import RegressionEECEDetails, _reece_compute, _reece_update
@@ -190,13 +190,7 @@ def regression_epistemic_calibration_details(
     state, ids = _reece_chunk_update(ordered, y, fitted, eu_t)
     stats = _reece_compute(state, bias_correction)
     filled = int((stats["counts"] > 0).sum())
-    if n / max(filled, 1) < _binning.WARN_OCCUPANCY:
-        warnings.warn(
-            f"{fn}: bins hold fewer than {_binning.WARN_OCCUPANCY} points on average; the "
-            "per-bin errors are noise-dominated - use fewer bins (n_bins='auto') or more points",
-            UserWarning,
-            stacklevel=3,
-        )
+    warn_sparse_bins(fn, n, filled, stacklevel=3)
     value, signed = float(stats.pop("value")), float(stats.pop("signed"))
     if not math.isfinite(value):
         raise ValueError(
