@@ -198,3 +198,28 @@ def test_command_line_never_writes_into_an_input_folder(tmp_path, problem, capsy
     code = main(["evaluate", *_files(tmp_path, problem), "--out", str(tmp_path), "--overwrite"])
     err = capsys.readouterr().err
     assert code == 2 and "would overwrite the input" in err
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"calibration_split": 1.5}, "`calibration_split`"),
+        ({"eece_bins": 0}, "`eece_bins`"),
+        ({"eece_bins": "many"}, "`eece_bins`"),
+        ({"chunk_size": 0}, "`chunk_size`"),
+    ],
+)
+def test_both_tasks_check_their_shared_options_alike(bad, match):
+    """Classification and regression options share one check of the split, the EECE bins and
+    the chunk size; only classification takes ``chunk_size="auto"``."""
+    from bensemble.app.evaluate.options import EvaluateOptions
+    from bensemble.app.evaluate.regression import RegressionOptions
+
+    for options in (EvaluateOptions(**bad), RegressionOptions(**bad)):
+        with pytest.raises(ValueError, match=match):
+            options.checked()
+    assert EvaluateOptions(chunk_size="auto").checked().chunk_size == "auto"
+    with pytest.raises(ValueError, match="`chunk_size`"):
+        RegressionOptions(chunk_size="auto").checked()
+    checked = RegressionOptions(calibration_split=0.25, eece_bins=7, chunk_size=64).checked()
+    assert (checked.calibration_split, checked.eece_bins, checked.chunk_size) == (0.25, 7, 64)
