@@ -171,6 +171,9 @@ def test_command_line_writes_exactly_the_planned_report(tmp_path, problem, capsy
     )
     html = (out / "report.html").read_text()
     assert "Regression calibration curve" in html and "<img" in html
+    # each Markdown table carries its column definitions under it (the shared report writer)
+    scores_md = (out / "scores.md").read_text()
+    assert scores_md.startswith("## ") and "\n- nll: mean -log f(y)" in scores_md
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     code = main(["evaluate", *argv, "--out", str(out)])  # no --overwrite: refused
     err = capsys.readouterr().err
