@@ -125,6 +125,20 @@ def _check_npy_header(stream: IO[bytes], size: int, where: str) -> NpyHeader:
     return header
 
 
+def _check_npy_file(handle: IO[bytes], where: str) -> NpyHeader:
+    """Check that the open file ``handle`` is a ``.npy`` file (not an ``.npz`` archive under a
+    ``.npy`` name, not a pickle) whose header fits its size and the machine's memory
+    (:func:`_check_npy_header`); the handle is left after the header."""
+    handle.seek(0)
+    magic = handle.read(6)
+    if magic[:2] == b"PK":  # an .npz archive saved under a .npy name
+        raise InputError(f"{where} is an .npz archive; rename it to .npz")
+    if magic != b"\x93NUMPY":
+        raise InputError(f"{where} is not a .npy file (no NumPy header; a pickle is not trusted)")
+    handle.seek(0)
+    return _check_npy_header(handle, os.fstat(handle.fileno()).st_size, where)
+
+
 def read_npy(path: Path, name: str) -> np.ndarray:
     """One array from a ``.npy`` file (header checked first, ``allow_pickle=False``).
 
@@ -133,15 +147,7 @@ def read_npy(path: Path, name: str) -> np.ndarray:
     """
     where = describe(f"`{name}` file", path)
     with open_checked(path, where) as handle:
-        magic = handle.read(6)
-        if magic[:2] == b"PK":  # an .npz archive saved under a .npy name
-            raise InputError(f"{where} is an .npz archive; rename it to .npz")
-        if magic != b"\x93NUMPY":
-            raise InputError(
-                f"{where} is not a .npy file (no NumPy header; a pickle is not trusted)"
-            )
-        handle.seek(0)
-        _check_npy_header(handle, os.fstat(handle.fileno()).st_size, where)
+        _check_npy_file(handle, where)
         handle.seek(0)
         try:
             return np.lib.format.read_array(handle, allow_pickle=False)

@@ -46,9 +46,11 @@ it, shown under it in the page and kept in ``summary.json``.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -193,19 +195,10 @@ def run_demo(
                 f"and after temperature scaling; TECE against the true P(y|x); LAC conformal sets "
                 f"at alpha = {ALPHA}"
             )
-            tables["toy"] = _emit(report, "toy", title, toy_setup, toy)
-            fig_runs = figure_runs(toy)
-            figs = {
-                "toy_reliability": reliability_figure(fig_runs),
-                "toy_epistemic_reliability": epistemic_figure(fig_runs),
-            }
-            map_runs = [r for r in fig_runs if r.maps is not None]
-            if map_runs:
-                figs["toy_eu_maps"] = maps_figure(map_runs, grid_x, x_tr, y_tr)
-            pages = [DatasetPage("Toy", title, toy_setup, toy, add_figures(report, figs))]
-            summary["toy"] = {"setup": toy_setup, "fits": {r.label: r.fit for r in toy}}
-            summary["toy"]["notes"] = metric_notes(has_tece=True, alpha=ALPHA, ece_bins=ECE_BINS)
-            summary["toy"]["verdicts"] = {r.label: r.verdicts for r in toy}
+            maps = functools.partial(_eu_maps, grid_x=grid_x, x_train=x_tr, y_train=y_tr)
+            tables["toy"], toy_page, summary["toy"] = _dataset_report(
+                report, "toy", "Toy", title, toy_setup, toy, has_tece=True, more_figures=maps
+            )
 
             digits, digit_setup = _digits_runs(config, seed, settings, bar)
             title = (
@@ -213,23 +206,11 @@ def run_demo(
                 f"scaling; binary-only methods run one-vs-all ({ONE_VS_ALL_DIGIT} vs rest); LAC "
                 f"conformal sets at alpha = {ALPHA}"
             )
-            tables["digits"] = _emit(report, "digits", title, digit_setup, digits)
-            fig_runs = figure_runs(digits)
-            figs = {
-                "digits_reliability": reliability_figure(fig_runs),
-                "digits_epistemic_reliability": epistemic_figure(fig_runs),
-            }
-            pages.append(
-                DatasetPage("Digits", title, digit_setup, digits, add_figures(report, figs))
+            tables["digits"], digits_page, summary["digits"] = _dataset_report(
+                report, "digits", "Digits", title, digit_setup, digits, has_tece=False
             )
-            summary["digits"] = {
-                "setup": digit_setup,
-                "fits": {r.label: r.fit for r in digits},
-                "verdicts": {r.label: r.verdicts for r in digits},
-                "notes": metric_notes(has_tece=False, alpha=ALPHA, ece_bins=ECE_BINS),
-            }
             page = demo_page(
-                pages,
+                [toy_page, digits_page],
                 versions=summary["versions"],
                 settings={"seed": seed, "alpha": ALPHA, "ece_bins": ECE_BINS},
             )
@@ -247,6 +228,44 @@ def run_demo(
     _print(f"\nreport: {len(report.files)} files in {printable_name(out)}/")
     _print(f"elapsed: {elapsed:.1f} s")
     return DemoResult(tables=tables, summary=summary, files=list(report.files), elapsed=elapsed)
+
+
+def _dataset_report(
+    report: Report,
+    key: str,
+    name: str,
+    title: str,
+    setup: dict[str, Any],
+    runs: list[Any],
+    *,
+    has_tece: bool,
+    more_figures: Callable[[list[Any]], dict[str, Any]] | None = None,
+) -> tuple[list[dict[str, Any]], DatasetPage, dict[str, Any]]:
+    """One dataset's part of the report: its table (printed too), its reliability and epistemic
+    reliability figures (``key_reliability.png``, ...; plus ``more_figures(figure runs)``), its
+    section of ``report.html`` and its entry of ``summary.json``."""
+    rows = _emit(report, key, title, setup, runs)
+    fig_runs = figure_runs(runs)
+    figs = {
+        f"{key}_reliability": reliability_figure(fig_runs),
+        f"{key}_epistemic_reliability": epistemic_figure(fig_runs),
+    }
+    if more_figures is not None:
+        figs.update(more_figures(fig_runs))
+    page = DatasetPage(name, title, setup, runs, add_figures(report, figs))
+    entry = {
+        "setup": setup,
+        "fits": {r.label: r.fit for r in runs},
+        "verdicts": {r.label: r.verdicts for r in runs},
+        "notes": metric_notes(has_tece=has_tece, alpha=ALPHA, ece_bins=ECE_BINS),
+    }
+    return rows, page, entry
+
+
+def _eu_maps(fig_runs: list[Any], *, grid_x: Any, x_train: Any, y_train: Any) -> dict[str, Any]:
+    """The toy data's epistemic-uncertainty maps of the runs that have them (none: no figure)."""
+    map_runs = [r for r in fig_runs if r.maps is not None]
+    return {"toy_eu_maps": maps_figure(map_runs, grid_x, x_train, y_train)} if map_runs else {}
 
 
 def _emit(

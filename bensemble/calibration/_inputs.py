@@ -8,7 +8,15 @@ from typing import Any
 
 import torch
 
-from bensemble._validation import as_labels, as_logits, to_tensor
+from bensemble._validation import (
+    as_float_tensor,
+    as_labels,
+    as_logits,
+    as_member_stack,
+    check_probability,
+    output_dtype,
+    to_tensor,
+)
 
 __all__: list[str] = []
 
@@ -165,3 +173,39 @@ def _finite(t: torch.Tensor, key: str, fn: str) -> torch.Tensor:
         bad = int((~torch.isfinite(t)).sum())
         raise ValueError(f"{fn}: `{key}` must be finite (got {bad} NaN/inf values)")
     return t
+
+
+def member_logits(
+    value: Any, fn: str, *, from_logits: bool, binary: bool, min_prob: float
+) -> tuple[torch.Tensor, torch.dtype]:
+    """Float64 member logits ``[M, N, K]`` of ``member_probs`` and the output dtype.
+
+    ``value`` is member probabilities ``[M, N, K]`` (``[M, N]`` positive-class probabilities
+    with ``binary``), floored at ``min_prob`` before the logarithm, or with ``from_logits``
+    member logits ``[M, N, K]`` (``[M, N]`` log-odds with ``binary``); binary input becomes
+    ``K = 2`` (logits ``[0, log-odds]``).
+    """
+    t = to_tensor(value, "member_probs", fn)
+    dtype = output_dtype(t)
+    if from_logits:
+        want = 2 if binary else 3
+        if t.ndim != want:
+            form = "[M, N] log-odds (binary=True)" if binary else "[M, N, K] logits"
+            raise ValueError(
+                f"{fn}: `member_probs` must be member {form} with from_logits=True (got "
+                f"shape {tuple(t.shape)})"
+            )
+        z = as_float_tensor(t, "member_probs", fn, ndim=want, dtype=torch.float64)
+        if binary:
+            z = torch.stack([torch.zeros_like(z), z], dim=-1)
+    else:
+        p = as_member_stack(t, "member_probs", fn, binary=binary, dtype=torch.float64)
+        if binary:
+            p = torch.stack([1.0 - p, p], dim=-1)
+        z = p.clamp_min(check_probability(min_prob, "min_prob", fn)).log()
+    if z.shape[-1] < 2:
+        raise ValueError(
+            f"{fn}: `member_probs` must have at least 2 classes on its last axis (got shape "
+            f"{tuple(z.shape)}); binary positive-class members [M, N] need binary=True"
+        )
+    return z, dtype

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -36,9 +37,15 @@ class _AffineScaling(ScalerAPI, nn.Module):
         super().__init__()
         self.num_classes = check_positive_int(num_classes, "num_classes", self._name, minimum=2)
 
-    # subclasses: the identity map's parameters, the map and an optional penalty
+    #: subclasses: the scale of the identity map, ``scale(K, dtype=, device=)`` (``torch.ones``
+    #: for a per-class scale, ``torch.eye`` for a matrix); its shift is zeros ``[K]``
+    _identity_scale: Callable[..., torch.Tensor]
+
     def _identity(self, dtype: torch.dtype, device: Any = None) -> list[torch.Tensor]:
-        raise NotImplementedError
+        """The identity map's parameters ``[scale, shift]``."""
+        k = self.num_classes
+        scale = type(self)._identity_scale(k, dtype=dtype, device=device)
+        return [scale, torch.zeros(k, dtype=dtype, device=device)]
 
     def _initial(self, device: torch.device) -> list[torch.Tensor]:
         """Where every fit starts: the identity map, in float64."""
@@ -170,6 +177,7 @@ class VectorScaling(_AffineScaling):
     """
 
     _name = "VectorScaling"
+    _identity_scale = staticmethod(torch.ones)
 
     def __init__(self, num_classes: int) -> None:
         super().__init__(num_classes)
@@ -183,13 +191,6 @@ class VectorScaling(_AffineScaling):
     b_ = numpy_view(
         "b", "The per-class shift ``b`` applied, as float64 ``[K]`` (a copy).", needs_fit=False
     )
-
-    def _identity(self, dtype: torch.dtype, device: Any = None) -> list[torch.Tensor]:
-        k = self.num_classes
-        return [
-            torch.ones(k, dtype=dtype, device=device),
-            torch.zeros(k, dtype=dtype, device=device),
-        ]
 
     def _map(self, z: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
         a, b = params
@@ -215,6 +216,7 @@ class MatrixScaling(_AffineScaling):
     """
 
     _name = "MatrixScaling"
+    _identity_scale = staticmethod(torch.eye)
 
     def __init__(self, num_classes: int, *, off_diagonal_l2: float = 0.0) -> None:
         super().__init__(num_classes)
@@ -233,13 +235,6 @@ class MatrixScaling(_AffineScaling):
     bias_ = numpy_view(
         "bias", "The shift ``b`` applied, as float64 ``[K]`` (a copy).", needs_fit=False
     )
-
-    def _identity(self, dtype: torch.dtype, device: Any = None) -> list[torch.Tensor]:
-        k = self.num_classes
-        return [
-            torch.eye(k, dtype=dtype, device=device),
-            torch.zeros(k, dtype=dtype, device=device),
-        ]
 
     def _map(self, z: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
         weight, bias = params

@@ -10,17 +10,13 @@ import torch
 from torch import nn
 
 from bensemble._validation import (
-    as_float_tensor,
     as_labels,
-    as_member_stack,
     check_bool,
     check_option,
     check_positive_int,
-    output_dtype,
-    to_tensor,
 )
 from bensemble.calibration._api import PROB_FLOOR, check_min_prob
-from bensemble.calibration._inputs import check_bounds, state_tensor
+from bensemble.calibration._inputs import check_bounds, member_logits, state_tensor
 from bensemble.calibration._newton import (
     DEFAULT_TEMPERATURE_BOUNDS,
     CalibrationFitError,
@@ -149,30 +145,9 @@ class EpistemicRecalibrator(nn.Module):
     # ---------------------------------------------------------------- inputs
     def _member_logits(self, value: Any, fn: str) -> tuple[torch.Tensor, torch.dtype]:
         """Float64 member logits ``[M, N, K]`` (``K = 2`` for binary input) and output dtype."""
-        t = to_tensor(value, "member_probs", fn)
-        dtype = output_dtype(t)
-        if self.from_logits:
-            want = 2 if self.binary else 3
-            if t.ndim != want:
-                form = "[M, N] log-odds (binary=True)" if self.binary else "[M, N, K] logits"
-                raise ValueError(
-                    f"{fn}: `member_probs` must be member {form} with from_logits=True (got "
-                    f"shape {tuple(t.shape)})"
-                )
-            z = as_float_tensor(t, "member_probs", fn, ndim=want, dtype=_F64)
-            if self.binary:
-                z = torch.stack([torch.zeros_like(z), z], dim=-1)
-        else:
-            p = as_member_stack(t, "member_probs", fn, binary=self.binary, dtype=_F64)
-            if self.binary:
-                p = torch.stack([1.0 - p, p], dim=-1)
-            z = p.clamp_min(check_min_prob(self.min_prob, fn)).log()
-        if z.shape[-1] < 2:
-            raise ValueError(
-                f"{fn}: `member_probs` must have at least 2 classes on its last axis (got shape "
-                f"{tuple(z.shape)}); binary positive-class members [M, N] need binary=True"
-            )
-        return z, dtype
+        return member_logits(
+            value, fn, from_logits=self.from_logits, binary=self.binary, min_prob=self.min_prob
+        )
 
     def _mapped(self, z: torch.Tensor) -> torch.Tensor:
         t = torch.exp(self.log_temperature.to(device=z.device, dtype=_F64))

@@ -11,8 +11,9 @@
   :class:`ConformalizedQuantileRegressor` (CQR for quantile members ``[M, N, 2]``).
 """
 
+from bensemble.conformal import metrics
 from bensemble.conformal.data import CalibrationSplit, split_calibration
-from bensemble.conformal.metrics import (
+from bensemble.conformal.metrics import (  # noqa: F401 - exported by metrics.__all__
     SizeStratifiedCoverage,
     coverage,
     empty_set_rate,
@@ -47,12 +48,7 @@ __all__ = [
     "lac_scores",
     "aps_scores",
     "raps_scores",
-    "coverage",
-    "mean_set_size",
-    "empty_set_rate",
-    "per_class_coverage",
-    "size_stratified_coverage",
-    "SizeStratifiedCoverage",
+    *metrics.__all__,  # the set-quality measures, listed once (in their module)
     "CalibrationSplit",
     "split_calibration",
 ]

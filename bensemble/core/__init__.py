@@ -5,6 +5,7 @@ bensemble 0.2 import paths keep working: ``bensemble.core.ensemble.Ensemble``,
 ``bensemble.core.types.{Predictor, KLProvider, PosteriorSource, ...}``.
 """
 
+from bensemble.core import types
 from bensemble.core.ensemble import Ensemble
 from bensemble.core.member import (
     DROPOUT_TYPES,
@@ -14,7 +15,7 @@ from bensemble.core.member import (
 )
 from bensemble.core.packed import PackedMembers
 from bensemble.core.sklearn_members import SklearnMembers
-from bensemble.core.types import (
+from bensemble.core.types import (  # noqa: F401 - exported by types.__all__
     KLProvider,
     MemberPredictions,
     MemberSource,
@@ -31,10 +32,5 @@ __all__ = [
     "SklearnMembers",
     "PackedMembers",
     "DROPOUT_TYPES",
-    "Predictor",
-    "KLProvider",
-    "PosteriorSource",
-    "MemberSource",
-    "Predictions",
-    "MemberPredictions",
+    *types.__all__,  # the protocols and aliases, listed once (in their module)
 ]

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from bensemble.integrations.distributed import _UNSEEN, _agreed_sizes
 from bensemble.metrics._state import MergeableState, settings_fingerprint
 from bensemble.metrics._state_checks import check_state_tensors
 
@@ -44,7 +45,6 @@ except ImportError as exc:  # pragma: no cover - exercised by the missing-packag
     _MISSING = exc
 
 _F64 = torch.float64
-_UNSEEN = float(2**53)  # compat_min of a size not seen yet (above any real size)
 _COMPAT = ("compat_min", "compat_max")
 # flags torchmetrics' forward() changes; restored if it raises
 _FORWARD_FLAGS = (
@@ -104,20 +104,14 @@ class MeterMetric(_Base):
                 f"{float(low[0]):.0f}..{float(high[0]):.0f}, expected {self._fingerprint:.0f}; "
                 "under DDP every rank must build the metric with the same settings and centroids)"
             )
-        seen: dict[str, int | None] = {}
-        for i, name in enumerate(self._sizes, start=1):
-            lo, hi = float(low[i]), float(high[i])
-            if lo == _UNSEEN and hi == 0.0:
-                seen[name] = None
-            elif lo != hi or lo < 1 or lo != round(lo):
-                what = name.replace("num_classes", "classes").replace("n_members", "members")
-                raise ValueError(
-                    f"{fn}: `{name}` must have seen one number of {what} (got {lo:g} and "
-                    f"{hi:g}; under DDP: ranks fed predictions of different shapes)"
-                )
-            else:
-                seen[name] = int(lo)
-        return seen
+        ranges = {s: (float(low[i]), float(high[i])) for i, s in enumerate(self._sizes, start=1)}
+        return _agreed_sizes(
+            ranges,
+            lambda size, what, low, high: (
+                f"{fn}: `{size}` must have seen one number of {what} "
+                f"(got {low:g} and {high:g}; under DDP: ranks fed predictions of different shapes)"
+            ),
+        )
 
     def _current_seen(self, fn: str) -> dict[str, int | None]:
         return self._seen(fn, "states", self.compat_min, self.compat_max)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -11,6 +12,32 @@ from bensemble.metrics._state import MergeableState, settings_fingerprint
 __all__ = ["sync_"]
 
 _F64 = torch.float64
+
+
+#: The low end recorded for a size nothing has seen yet (above any real size; the high end is 0).
+_UNSEEN = float(2**53)
+
+
+def _agreed_sizes(
+    ranges: dict[str, tuple[float, float]], refusal: Callable[[str, str, float, float], str]
+) -> dict[str, int | None]:
+    """The size (classes, members) each ``(low, high)`` range agrees on, or ``None`` where nothing
+    has seen one (``(_UNSEEN, 0)``); a range over disagreeing or impossible sizes raises
+    ``ValueError(refusal(name, what, low, high))`` (``what``: ``"classes"`` or ``"members"``).
+
+    The ranges are the min and max of each size over the ranks of an ``all_reduce`` or over the
+    updates merged into a metric; a rank or update that saw nothing records ``(_UNSEEN, 0)``.
+    """
+    seen: dict[str, int | None] = {}
+    for name, (low, high) in ranges.items():
+        if low == _UNSEEN and high == 0.0:
+            seen[name] = None
+        elif low != high or low < 1 or low != round(low):
+            what = name.replace("num_classes", "classes").replace("n_members", "members")
+            raise ValueError(refusal(name, what, low, high))
+        else:
+            seen[name] = int(low)
+    return seen
 
 
 def _check_ranks_agree(meter: MergeableState, group: Any, fn: str) -> dict[str, int | None]:
@@ -23,7 +50,7 @@ def _check_ranks_agree(meter: MergeableState, group: Any, fn: str) -> dict[str, 
     fingerprint = settings_fingerprint(meter)
     values = [fingerprint, -fingerprint]
     for size in meter._seen.values():
-        values += [0.0, -float(2**53)] if size is None else [float(size), -float(size)]
+        values += [0.0, -_UNSEEN] if size is None else [float(size), -float(size)]
     device = meter._device()
     reduced = torch.tensor(values, dtype=_F64, device=device)
     dist.all_reduce(reduced, op=dist.ReduceOp.MAX, group=group)
@@ -34,20 +61,14 @@ def _check_ranks_agree(meter: MergeableState, group: Any, fn: str) -> dict[str, 
             f"... (got settings fingerprints {-top[1]:.0f}..{top[0]:.0f}; build the meter from "
             "the same arguments everywhere, broadcasting fitted centroids)"
         )
-    seen: dict[str, int | None] = {}
-    for i, key in enumerate(meter._seen, start=1):
-        high, low = top[2 * i], -top[2 * i + 1]
-        if high == 0.0:
-            seen[key] = None
-        elif low not in (high, float(2**53)):
-            what = key.replace("num_classes", "classes").replace("n_members", "members")
-            raise ValueError(
-                f"{fn}: `meter` must have seen the same number of {what} on every rank (got "
-                f"{low:g} and {high:g})"
-            )
-        else:
-            seen[key] = int(high)
-    return seen
+    ranges = {key: (-top[2 * i + 1], top[2 * i]) for i, key in enumerate(meter._seen, start=1)}
+    return _agreed_sizes(
+        ranges,
+        lambda _, what, low, high: (
+            f"{fn}: `meter` must have seen the same number of {what} on "
+            f"every rank (got {low:g} and {high:g})"
+        ),
+    )
 
 
 def sync_(meter: MergeableState, group: Any = None) -> MergeableState:

@@ -12,7 +12,10 @@ Markdown / CSV / JSON, figures, and the self-contained ``report.html`` page.
 Nothing here computes a metric; both rows above it import it, it imports neither.
 """
 
-from bensemble.reporting.html import (
+from bensemble.reporting import html, report
+from bensemble.reporting.html import (  # noqa: F401 - exported by html.__all__
+    STATUS_LABELS,
+    STATUSES,
     HtmlFigure,
     HtmlReport,
     HtmlSection,
@@ -20,7 +23,7 @@ from bensemble.reporting.html import (
     Verdict,
     render_html,
 )
-from bensemble.reporting.report import (
+from bensemble.reporting.report import (  # noqa: F401 - exported by report.__all__
     Report,
     atomic_write,
     atomic_write_text,
@@ -28,22 +31,9 @@ from bensemble.reporting.report import (
     format_table,
     format_value,
     markdown_table,
+    table_columns,
     to_json,
 )
 
-__all__ = [
-    "HtmlFigure",
-    "HtmlReport",
-    "HtmlSection",
-    "HtmlTable",
-    "Report",
-    "Verdict",
-    "atomic_write",
-    "atomic_write_text",
-    "environment",
-    "format_table",
-    "format_value",
-    "markdown_table",
-    "render_html",
-    "to_json",
-]
+# each module lists its public names once: the HTML page, then the report writer and table forms
+__all__ = [*html.__all__, *report.__all__]

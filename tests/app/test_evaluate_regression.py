@@ -161,6 +161,9 @@ def test_command_line_writes_exactly_the_planned_report(tmp_path, problem, capsy
     assert code == 0, captured.err
     payload = json.loads(captured.out)
     assert payload["task"] == "regression" and payload["intervals"][1]["coverage"] > 0.85
+    # the report as the classification command names it: its folder, files and problems
+    assert payload["report"]["out"] == str(out) and payload["report"]["problems"] == []
+    assert sorted(payload["report"]["files"]) == sorted(str(p) for p in out.iterdir())
     written = sorted(p.name for p in out.iterdir())
     assert written == sorted(planned_regression_files(ensemble=True))
     assert json.loads((out / "summary.json").read_text())["files"] == planned_regression_files(
@@ -168,6 +171,9 @@ def test_command_line_writes_exactly_the_planned_report(tmp_path, problem, capsy
     )
     html = (out / "report.html").read_text()
     assert "Regression calibration curve" in html and "<img" in html
+    # each Markdown table carries its column definitions under it (the shared report writer)
+    scores_md = (out / "scores.md").read_text()
+    assert scores_md.startswith("## ") and "\n- nll: mean -log f(y)" in scores_md
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     code = main(["evaluate", *argv, "--out", str(out)])  # no --overwrite: refused
     err = capsys.readouterr().err
@@ -198,3 +204,51 @@ def test_command_line_never_writes_into_an_input_folder(tmp_path, problem, capsy
     code = main(["evaluate", *_files(tmp_path, problem), "--out", str(tmp_path), "--overwrite"])
     err = capsys.readouterr().err
     assert code == 2 and "would overwrite the input" in err
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"calibration_split": 1.5}, "`calibration_split`"),
+        ({"eece_bins": 0}, "`eece_bins`"),
+        ({"eece_bins": "many"}, "`eece_bins`"),
+        ({"chunk_size": 0}, "`chunk_size`"),
+    ],
+)
+def test_both_tasks_check_their_shared_options_alike(bad, match):
+    """Classification and regression options share one check of the split, the EECE bins and
+    the chunk size; only classification takes ``chunk_size="auto"``."""
+    from bensemble.app.evaluate.options import EvaluateOptions
+    from bensemble.app.evaluate.regression import RegressionOptions
+
+    for options in (EvaluateOptions(**bad), RegressionOptions(**bad)):
+        with pytest.raises(ValueError, match=match):
+            options.checked()
+    assert EvaluateOptions(chunk_size="auto").checked().chunk_size == "auto"
+    with pytest.raises(ValueError, match="`chunk_size`"):
+        RegressionOptions(chunk_size="auto").checked()
+    checked = RegressionOptions(calibration_split=0.25, eece_bins=7, chunk_size=64).checked()
+    assert (checked.calibration_split, checked.eece_bins, checked.chunk_size) == (0.25, 7, 64)
+
+
+def test_each_task_refuses_the_other_tasks_options_and_reads_its_own():
+    """One table-driven check refuses the other task's options; the options objects take every
+    field from the parsed arguments of the same name, except those the command line renames."""
+    import argparse
+
+    from bensemble.app.evaluate.cli_options import options_from_args, refuse_other_task_options
+    from bensemble.app.evaluate.regression import RegressionOptions
+    from bensemble.io import InputError
+
+    args = argparse.Namespace(n_levels=50, regression_score="absolute", n_bins=15, logits=False)
+    with pytest.raises(InputError, match="^--n-levels applies to --task regression only$"):
+        refuse_other_task_options(args, "classification")
+    refuse_other_task_options(args, "regression")  # its own options: accepted
+    args.n_bins = 10
+    with pytest.raises(InputError, match="^--n-bins applies to --task classification only$"):
+        refuse_other_task_options(args, "regression")
+    args = argparse.Namespace(
+        calibration_split=0.3, alpha=0.2, n_levels=50, eece_bins=4, seed=7, regression_score="x"
+    )
+    options = options_from_args(RegressionOptions, args, conformal_score="normalized", chunk_size=9)
+    assert options == RegressionOptions(0.3, 0.2, 50, 4, "normalized", 7, 9)

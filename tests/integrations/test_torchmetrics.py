@@ -191,3 +191,25 @@ def test_a_nested_metric_loads_checked_states_through_its_parent():
         bt.NegativeLogLikelihood().load_state_dict({k[4:]: v for k, v in tampered.items()})
     fresh.load_state_dict({})  # a state dict saved without persistent(True): nothing to load
     assert fresh["nll"].count == 300
+
+
+def test_sizes_seen_are_decoded_alike_by_the_metric_and_by_sync_():
+    """The metric's compat states and ``sync_``'s all_reduce share one decoding of the sizes
+    seen: ``(UNSEEN, 0)`` is none yet, ``(k, k)`` is ``k``, anything else is refused."""
+    pytest.importorskip("torchmetrics")
+    from bensemble.integrations.distributed import _UNSEEN, _agreed_sizes
+
+    def refusal(name, what, low, high):
+        return f"{name}/{what}: {low:g}..{high:g}"
+
+    ranges = {"num_classes": (3.0, 3.0), "n_members": (_UNSEEN, 0.0)}
+    assert _agreed_sizes(ranges, refusal) == {"num_classes": 3, "n_members": None}
+    for bad in [(3.0, 4.0), (0.0, 0.0), (2.5, 2.5)]:
+        with pytest.raises(ValueError, match="^n_members/members: "):
+            _agreed_sizes({"n_members": bad}, refusal)
+    metric = bt.ExpectedCalibrationError()
+    g = torch.Generator().manual_seed(0)
+    metric.update(torch.rand(10, 3, generator=g).softmax(-1), torch.arange(10) % 3)
+    metric.compat_max[1] = 4.0  # what summing ranks fed 3 and 4 classes would record
+    with pytest.raises(ValueError, match=r"one number of classes \(got 3 and 4; under DDP"):
+        metric.compute()

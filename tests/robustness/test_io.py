@@ -225,3 +225,26 @@ def test_class4_npz_member_with_corrupt_deflate_stream_is_an_input_error(tmp_pat
     with pytest.raises(InputError) as exc:
         load_predictions(tmp_path / "p.npz")
     _one_line(exc)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [("npz", "is an .npz archive; rename it to .npz"), ("pickle", "is not a .npy file")],
+)
+def test_npy_impostors_are_refused_by_both_npy_readers(tmp_path: Path, content, message):
+    """``bensemble.io`` and the evaluation's memory-mapped labels share one ``.npy`` check: an
+    ``.npz`` archive or a pickle saved under a ``.npy`` name is refused by name, not unpickled."""
+    from bensemble.app.evaluate.sources import read_labels
+
+    path = tmp_path / "y.npy"
+    if content == "npz":
+        np.savez(tmp_path / "y.npz", y=_labels())
+        path.write_bytes((tmp_path / "y.npz").read_bytes())
+    else:
+        import pickle
+
+        path.write_bytes(pickle.dumps(_labels().tolist()))
+    with pytest.raises(InputError, match=message):
+        load_array(path, name="labels")
+    with pytest.raises(InputError, match=message):
+        read_labels([str(path)], [N], K, block=16)

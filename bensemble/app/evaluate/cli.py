@@ -248,26 +248,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
-        for problem in report.problems:
-            print(f"{PROG}: warning: {problem}", file=sys.stderr)
-    if args.json:
-        from bensemble.reporting.report import to_json
+    from bensemble.app.evaluate.cli_options import print_outcome
 
-        payload = ev.to_dict()
-        payload.update(extra)
-        payload["report"] = None
-        if report is not None:
-            payload["report"] = {
-                "out": str(out),
-                "files": [str(f) for f in report.files],
-                "problems": list(report.problems),
-            }
-        print(to_json(payload))
-        return 0
-    _print_tables(ev)
-    if report is not None:
-        print(f"\nreport: {len(report.files)} files in {out}{os.sep}")
-    return 0
+    return print_outcome(args, ev, extra, report, out, _print_tables)
 
 
 def _out_folder(args: argparse.Namespace) -> Path | None:
@@ -294,7 +277,7 @@ def _options(args: argparse.Namespace):
     from bensemble import _validation as V
     from bensemble._options import check_seed
     from bensemble.app.bootstrap import check_bootstrap
-    from bensemble.app.evaluate.cli_options import check_classification_args
+    from bensemble.app.evaluate.cli_options import check_classification_args, options_from_args
     from bensemble.app.evaluate.options import EvaluateOptions
     from bensemble.io import InputError
 
@@ -311,15 +294,9 @@ def _options(args: argparse.Namespace):
         V.check_probability(args.calibration_split, "--calibration-split", fn)
     check_seed(args.seed, "--seed", fn)
     check_bootstrap(args.bootstrap, "--bootstrap", fn)
-    options = EvaluateOptions(
-        calibration_split=args.calibration_split,
-        alpha=args.alpha,
-        n_bins=args.n_bins,
-        eece_bins=args.eece_bins,
-        eece_seeds=args.eece_seeds,
-        conformal_score=args.conformal_score,
-        seed=args.seed,
-        bootstrap=args.bootstrap,
+    options = options_from_args(
+        EvaluateOptions,
+        args,
         chunk_size=args.chunk_size or "auto",
         progress=not getattr(args, "no_progress", False),
         recalibrate_epistemic=bool(getattr(args, "recalibrate_epistemic", False)),

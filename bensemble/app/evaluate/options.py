@@ -8,6 +8,7 @@ validates them with the messages of :func:`~bensemble.app.evaluate.evaluate_pred
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from bensemble import _validation as V
 from bensemble._options import check_seed
@@ -70,15 +71,7 @@ class EvaluateOptions:
 
     def checked(self, fn: str = "evaluate_predictions") -> EvaluateOptions:
         """The same options, validated (``ValueError`` naming the argument otherwise)."""
-        split = self.calibration_split
-        if split is not None:
-            split = V.check_probability(split, "calibration_split", fn)
-        eece_bins = self.eece_bins
-        if eece_bins != "auto":
-            eece_bins = V.check_n_bins(eece_bins, fn, name="eece_bins")
-        chunk = self.chunk_size
-        if chunk is not None and chunk != "auto":
-            chunk = V.check_positive_int(chunk, "chunk_size", fn)
+        split, eece_bins, chunk = _check_split_bins_chunk(self, fn, auto_chunk=True)
         return replace(
             self,
             calibration_split=split,
@@ -105,3 +98,20 @@ class EvaluateOptions:
         if self.chunk_size == "auto":
             return max(256, AUTO_CHUNK_VALUES // max(width, 1))
         return self.chunk_size
+
+
+def _check_split_bins_chunk(options: Any, fn: str, *, auto_chunk: bool) -> tuple[Any, Any, Any]:
+    """The checked ``(calibration_split, eece_bins, chunk_size)`` of an options object, for
+    :class:`EvaluateOptions` and :class:`~bensemble.app.evaluate.regression.RegressionOptions`:
+    a split in ``(0, 1)`` or ``None``, ``"auto"`` or a bin count, ``None`` or a positive chunk
+    size (or ``"auto"`` where ``auto_chunk``)."""
+    split = options.calibration_split
+    if split is not None:
+        split = V.check_probability(split, "calibration_split", fn)
+    eece_bins = options.eece_bins
+    if eece_bins != "auto":
+        eece_bins = V.check_n_bins(eece_bins, fn, name="eece_bins")
+    chunk = options.chunk_size
+    if chunk is not None and not (auto_chunk and chunk == "auto"):
+        chunk = V.check_positive_int(chunk, "chunk_size", fn)
+    return split, eece_bins, chunk

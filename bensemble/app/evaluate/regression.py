@@ -37,6 +37,7 @@ import torch
 
 from bensemble import _validation as V
 from bensemble._options import check_seed
+from bensemble.app.evaluate.options import _check_split_bins_chunk
 from bensemble.app.evaluate.regression_result import RegressionEvaluation, evaluation_of
 
 __all__ = [
@@ -80,15 +81,7 @@ class RegressionOptions:
 
     def checked(self, fn: str = "evaluate_regression") -> RegressionOptions:
         """The same options, validated (``ValueError`` naming the argument otherwise)."""
-        split = self.calibration_split
-        if split is not None:
-            split = V.check_probability(split, "calibration_split", fn)
-        bins = self.eece_bins
-        if bins != "auto":
-            bins = V.check_n_bins(bins, fn, name="eece_bins")
-        chunk = self.chunk_size
-        if chunk is not None:
-            chunk = V.check_positive_int(chunk, "chunk_size", fn)
+        split, bins, chunk = _check_split_bins_chunk(self, fn, auto_chunk=False)
         levels = V.check_positive_int(self.n_levels, "n_levels", fn, minimum=2)
         if levels > 1_000_000:
             raise ValueError(f"{fn}: `n_levels` must be at most 1000000 (got {levels})")

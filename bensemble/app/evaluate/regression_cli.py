@@ -12,50 +12,31 @@ once, atomically (:mod:`~bensemble.app.evaluate.regression_report`).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import warnings
 from pathlib import Path
 
+from bensemble.app.evaluate.cli_options import PROG
+
 __all__ = ["run_regression"]
-
-PROG = "bensemble evaluate"
-#: Classification-only options and their defaults: given with --task regression, they are refused.
-CLASSIFICATION_ONLY = {
-    "logits": False,
-    "members": None,
-    "recalibrate_epistemic": False,
-    "conformal_score": "lac",
-    "eece_seeds": 1,
-    "n_bins": 15,
-    "workers": 1,
-}
-
-
-def _option(name: str) -> str:
-    return "--" + name.replace("_", "-")
 
 
 def _checked(args: argparse.Namespace):
     """The checked :class:`~bensemble.app.evaluate.regression.RegressionOptions` of ``args``."""
+    from bensemble.app.evaluate.cli_options import options_from_args, refuse_other_task_options
     from bensemble.app.evaluate.regression import RegressionOptions
     from bensemble.io import InputError
 
-    for name, default in CLASSIFICATION_ONLY.items():
-        if getattr(args, name, default) != default:
-            raise InputError(f"{_option(name)} applies to --task classification only")
+    refuse_other_task_options(args, "regression")
     if len(args.predictions) != 1 or len(args.labels) != 1:
         raise InputError(
             "--task regression takes one PREDICTIONS file and one --labels file (got "
             f"{len(args.predictions)} and {len(args.labels)})"
         )
-    options = RegressionOptions(
-        calibration_split=args.calibration_split,
-        alpha=args.alpha,
-        n_levels=args.n_levels,
-        eece_bins=args.eece_bins,
+    options = options_from_args(
+        RegressionOptions,
+        args,
         conformal_score=args.regression_score,
-        seed=args.seed,
         chunk_size=args.chunk_size or 65_536,
     )
     fn = PROG
@@ -126,20 +107,9 @@ def run_regression(args: argparse.Namespace) -> int:
             text = " ".join(str(exc).split())
             print(f"{PROG}: error: could not write the report to {out}: {text}", file=sys.stderr)
             return 1
-    if args.json:
-        from bensemble.reporting.report import to_json
+    from bensemble.app.evaluate.cli_options import print_outcome
 
-        payload = ev.to_dict()
-        payload.update(extra)
-        payload["report"] = None if report is None else {
-            "out": str(out), "files": [str(f) for f in report.files],
-        }  # fmt: skip
-        print(to_json(payload))
-        return 0
-    _print(ev)
-    if report is not None:
-        print(f"\nreport: {len(report.files)} files in {out}{os.sep}")
-    return 0
+    return print_outcome(args, ev, extra, report, out, _print)
 
 
 def _print(ev) -> None:

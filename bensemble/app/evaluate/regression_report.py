@@ -147,30 +147,13 @@ def write_regression(
     """Write the tables, ``summary.json``, the figures and ``report.html`` of ``ev`` to
     ``out_dir`` (module docstring); a figure that fails to draw is left out and named in
     ``report.problems``. Returns the :class:`~bensemble.reporting.report.Report`."""
-    from bensemble.reporting.html import render_html
-    from bensemble.reporting.png import PngBytes, draw_figures
-    from bensemble.reporting.report import Report, environment, markdown_table
+    from bensemble.app.evaluate.report_files import write_report_files
 
-    figs, problems = draw_figures(figure_makers(ev))
-    report = Report(out_dir, staged=True, overwrite=overwrite)
-    report.problems = problems
-    try:
-        for name, title, rows in ev.tables():
-            report.add_table(name, rows, title=title)
-            notes = "".join(f"- {n}\n" for n in ev.table_notes(name))
-            report.add_text(f"{name}.md", f"## {title}\n\n{markdown_table(rows)}\n{notes}")
-        summary = ev.to_dict()
-        summary.update(extra or {})
-        planned = planned_regression_files(ensemble=ev.uncertainty is not None)
-        summary["files"] = [f for f in planned if not f.endswith(".png") or f[:-4] in figs]
-        summary["problems"] = problems
-        summary["versions"] = environment()
-        report.add_json("summary", summary)
-        for name, data in figs.items():
-            report.add_figure(name, PngBytes(data), close=False)
-        report.add_text("report.html", render_html(_page(ev, figs, summary["versions"])))
-        report.commit()
-    except BaseException:
-        report.discard()
-        raise
-    return report
+    planned = planned_regression_files(ensemble=ev.uncertainty is not None)
+
+    def page(figs: dict[str, bytes], versions: dict[str, str]) -> Any:
+        return _page(ev, figs, versions)
+
+    return write_report_files(
+        ev, out_dir, planned, figure_makers(ev), page, extra=extra, overwrite=overwrite
+    )

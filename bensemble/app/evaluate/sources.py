@@ -152,22 +152,14 @@ def _open_file(path: str, name: str) -> Any:
 
 
 def _open_npy(file: Path, name: str) -> np.ndarray:
-    from bensemble._io_formats import _check_npy_header
+    from bensemble._io_formats import _check_npy_file
 
     where = f"`{name}` file {file}"
     if not file.is_file():
         what = "does not exist" if not file.exists() else "is not a file"
         raise InputError(f"{where} {what}")
     with open(file, "rb") as handle:
-        magic = handle.read(6)
-        if magic[:2] == b"PK":  # an .npz archive saved under a .npy name
-            raise InputError(f"{where} is an .npz archive; rename it to .npz")
-        if magic != b"\x93NUMPY":
-            raise InputError(
-                f"{where} is not a .npy file (no NumPy header; a pickle is not trusted)"
-            )
-        handle.seek(0)
-        _check_npy_header(handle, os.fstat(handle.fileno()).st_size, where)
+        _check_npy_file(handle, where)
     try:
         return np.load(file, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as exc:

@@ -17,6 +17,7 @@ from typing import Any
 
 from bensemble.app.evaluate.evaluation import Evaluation
 from bensemble.app.evaluate.figures import figure_makers, planned_figures
+from bensemble.app.evaluate.report_files import write_report_files
 from bensemble.app.evaluate.timing import Timings
 
 __all__ = ["planned_files", "write_evaluation"]
@@ -74,44 +75,19 @@ def write_evaluation(
         written and ``report.problems`` the figures left out.
     """
     from bensemble.app.evaluate.page import evaluation_page
-    from bensemble.reporting.html import render_html
-    from bensemble.reporting.png import PngBytes, draw_figures
-    from bensemble.reporting.report import Report, environment, markdown_table
 
-    timings = timings or Timings()
-    with timings.stage("figures"):
-        figs, problems = draw_figures(figure_makers(ev) if figures is None else figures)
-    with timings.stage("writing the report"):
-        report = Report(out_dir, staged=True, overwrite=overwrite)
-        report.problems = problems
-        try:
-            for name, title, rows in ev.tables():
-                report.add_table(name, rows, title=title)
-                notes = ev.table_notes(name)
-                if notes:  # the Markdown table carries its column definitions
-                    md = f"## {title}\n\n{markdown_table(rows)}\n" + "".join(
-                        f"- {n}\n" for n in notes
-                    )
-                    report.add_text(f"{name}.md", md)
-            summary = ev.to_dict()
-            summary.update(extra or {})
-            planned = planned_files(
-                ensemble=ev.ensemble is not None,
-                split=ev.temperature is not None,
-                per_class=ev.per_class is not None,
-                intervals=bool(ev.intervals),
-                recalibrated=ev.recalibration is not None,
-            )
-            summary["files"] = [f for f in planned if not f.endswith(".png") or f[:-4] in figs]
-            summary["problems"] = problems
-            summary["versions"] = environment()
-            report.add_json("summary", summary)
-            for name, data in figs.items():
-                report.add_figure(name, PngBytes(data), close=False)
-            page = evaluation_page(ev, figs, extra=extra or {}, versions=summary["versions"])
-            report.add_text("report.html", render_html(page))
-            report.commit()
-        except BaseException:
-            report.discard()
-            raise
-    return report
+    planned = planned_files(
+        ensemble=ev.ensemble is not None,
+        split=ev.temperature is not None,
+        per_class=ev.per_class is not None,
+        intervals=bool(ev.intervals),
+        recalibrated=ev.recalibration is not None,
+    )
+
+    def page(figs: dict[str, bytes], versions: dict[str, str]) -> Any:
+        return evaluation_page(ev, figs, extra=extra or {}, versions=versions)
+
+    makers = figure_makers(ev) if figures is None else figures
+    return write_report_files(
+        ev, out_dir, planned, makers, page, extra=extra, overwrite=overwrite, timings=timings
+    )
