@@ -156,8 +156,12 @@ class ReplicatesBase:
         out.update({k: torch.from_numpy(v) for k, v in self._extra.items()})
         return out
 
-    def _add(self, sums: np.ndarray, totals: np.ndarray, extra: dict[str, np.ndarray]) -> None:
-        self._sums += sums
+    def _add(
+        self, sums: np.ndarray | None, totals: np.ndarray, extra: dict[str, np.ndarray]
+    ) -> None:
+        """Add ``sums`` (``None``: already added in place), ``totals`` and the extra arrays."""
+        if sums is not None:
+            self._sums += sums
         self._totals += totals
         for key, value in extra.items():
             self._extra[key] += value
