@@ -39,7 +39,6 @@ from bensemble._validation import (
     check_finite,
     check_positive_int,
 )
-from bensemble.metrics.intervals._calibration_replicates import add_sparse_sums
 from bensemble.metrics.intervals._interval import Interval, l1_norm_interval
 from bensemble.metrics.intervals._replicate_checks import check_eece_sums
 from bensemble.metrics.intervals._replicates import (
@@ -48,6 +47,7 @@ from bensemble.metrics.intervals._replicates import (
     as_index_tensor,
     check_level,
 )
+from bensemble.metrics.intervals._sparse_sums import add_sparse_sums
 
 __all__ = ["EECEReplicates"]
 
