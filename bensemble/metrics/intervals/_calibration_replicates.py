@@ -76,6 +76,7 @@ class CalibrationReplicates(ReplicatesBase):
     """
 
     _fn = "CalibrationReplicates"
+    _SETTINGS = ("n_bins", "classwise", "num_classes")
     method = "l1-two-step"
 
     def __init__(
@@ -111,14 +112,6 @@ class CalibrationReplicates(ReplicatesBase):
 
     def _check_sums(self, state: dict[str, torch.Tensor], where: str, prefix: str = "") -> None:
         check_calibration_sums(state, where, self.groups, prefix)
-
-    def _settings(self) -> dict[str, Any]:
-        return {
-            "n_replicates": self.n_replicates,
-            "n_bins": self.n_bins,
-            "classwise": self.classwise,
-            "num_classes": self.num_classes,
-        }
 
     def _prepare(self, probs: Any, labels: Any) -> tuple[int, dict[str, np.ndarray]]:
         from bensemble.metrics.scoring import _check_probs_targets, _top_label

@@ -87,6 +87,7 @@ class EECEReplicates(ReplicatesBase):
     """
 
     _fn = "EECEReplicates"
+    _SETTINGS = ("n_members", "n_slots", "n_groups", "binary")
     method = "l1-two-step"
 
     def __init__(
@@ -113,15 +114,6 @@ class EECEReplicates(ReplicatesBase):
 
     def _check_sums(self, state: dict[str, torch.Tensor], where: str, prefix: str = "") -> None:
         check_eece_sums(state, where, (self.n_groups, self.n_slots, self.n_members), prefix)
-
-    def _settings(self) -> dict[str, Any]:
-        return {
-            "n_replicates": self.n_replicates,
-            "n_members": self.n_members,
-            "n_slots": self.n_slots,
-            "n_groups": self.n_groups,
-            "binary": self.binary,
-        }
 
     def _prepare(
         self, member_probs: Any, labels: Any, point_bins: Any, eu: Any = None
