@@ -321,3 +321,17 @@ def test_sparse_sums_add_into_the_sums_in_place(entries, order):
     np.add.at(want, rows.reshape(-1), values.reshape(-1)[:, None] * weights.repeat(entries, 0))
     add_sparse_sums(into, rows, values, weights)
     np.testing.assert_allclose(into, want, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("bad", [-1, 40])
+def test_sparse_sums_refuse_rows_outside_the_state(bad):
+    """The compiled kernels write where a row id points: an id outside the state is refused
+    before anything is added."""
+    from bensemble.metrics.intervals._sparse_sums import add_sparse_sums
+
+    rows = np.zeros((5, 3), dtype=np.int64)
+    rows[2, 1] = bad
+    into = np.zeros((40, 4))
+    with pytest.raises(ValueError, match="`rows` must lie in"):
+        add_sparse_sums(into, rows, np.ones((5, 3)), np.ones((5, 4)))
+    assert not into.any()

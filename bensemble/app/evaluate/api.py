@@ -55,7 +55,7 @@ def evaluate_source(
                                    temp_dir=temp_dir, timings=timings, fn=fn)  # fmt: skip
 
         return evaluate_recalibrated(source, options, run, fn=fn)
-    plan = prepare(source, options, fn=fn, stage=timings.stage)
+    plan = prepare(source, options, fn=fn, stage=timings.stage, workers=max(1, workers))
     tasks = ranges(source.n, source.sizes, max(1, workers)) if workers > 1 else [(0, source.n)]
     with timings.stage("metrics, uncertainty, EECE sums (main pass)"):
         if len(tasks) == 1 and backend != "ray":  # one range: this process, this source

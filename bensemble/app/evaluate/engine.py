@@ -79,8 +79,16 @@ def _controller() -> Any:
     return ThreadpoolController()
 
 
-def prepare(source: Any, options: EvaluateOptions, *, fn: str, stage: Any) -> Plan:
-    """The passes before the main one (module docstring); ``stage(label)`` times each."""
+def prepare(
+    source: Any, options: EvaluateOptions, *, fn: str, stage: Any, workers: int = 1
+) -> Plan:
+    """The passes before the main one (module docstring); ``stage(label)`` times each.
+
+    ``workers``: threads of the EECE's per-class K-means fits (``--workers``, as the main
+    pass's processes; the centroids do not depend on it). One by default: two threads sharing
+    the interpreter cost about 1-1.5 s more CPU than one on the 200,000 x 5 x 10 benchmark file
+    (``benchmarks/bench_streaming.py --only evaluate``, a busy 2-core machine), where their wall
+    time gained little."""
     from bensemble.metrics._epistemic_checks import resolve_n_bins
     from bensemble.metrics.binning._fit import resolve_seed
     from bensemble.metrics.streaming_eval import canonical_order_chunked, fit_classwise_centroids
@@ -121,7 +129,6 @@ def prepare(source: Any, options: EvaluateOptions, *, fn: str, stage: Any) -> Pl
         )
         first = resolve_seed(None, o.seed, fn)
         plan.seeds = [(first + i) % 2**63 for i in range(o.eece_seeds)]
-        workers = torch.get_num_threads()  # the classes' fits run on that many workers
         with stage("EECE bins (K-means)"), one_thread():
             plan.order = canonical_order_chunked(source, positions, block=block)
             plan.centroids = fit_classwise_centroids(

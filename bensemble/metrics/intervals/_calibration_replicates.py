@@ -35,6 +35,7 @@ from bensemble.metrics.intervals._replicates import (
     check_level,
     check_method,
 )
+from bensemble.metrics.intervals._sparse_sums import add_sparse_sums, sparse_sums
 
 __all__ = ["CalibrationReplicates", "METHODS", "add_sparse_sums", "sparse_sums"]
 
@@ -43,65 +44,6 @@ _F64 = torch.float64
 #: interval of the replicate errors, raw or shifted down by the bootstrap bias estimate as the
 #: report did until issue 21) are kept for comparison only.
 METHODS = ("l1-two-step", "percentile", "debiased-percentile")
-
-
-def sparse_sums(
-    rows: np.ndarray, values: np.ndarray, n_rows: int, weights: np.ndarray
-) -> np.ndarray:
-    """``out[j, r] = sum_i sum_e values[i, e] weights[i, r] [rows[i, e] = j]`` -> ``[n_rows, R']``.
-
-    ``rows, values [m, E]`` (E entries per sample), ``weights [m, R']`` C-contiguous float64
-    (:func:`add_sparse_sums` into zeros).
-    """
-    out = np.zeros((n_rows, weights.shape[1]))
-    add_sparse_sums(out, rows, values, weights)
-    return out
-
-
-def add_sparse_sums(
-    into: np.ndarray, rows: np.ndarray, values: np.ndarray, weights: np.ndarray
-) -> None:
-    """``into += sparse_sums(rows, values, into.shape[0], weights)``, in place.
-
-    The design is built as CSC (one column per sample: no sort) and multiplied as CSR (each
-    output row gathers whole weight rows: about 3x faster than the CSC scatter when a sample
-    has many entries, as the EECE's ``K (H + 4)``). The product adds straight into ``into``
-    (scipy's own ``csr_matvecs`` / ``csc_matvecs`` kernels, which accumulate): no
-    ``[n_rows, R']`` temporary, whose zeroing and addition cost as much as the product itself
-    for the EECE's ``K M (H + 4)`` rows (``bench_streaming.py --only evaluate``).
-    """
-    from scipy import sparse
-
-    m, e = rows.shape
-    n_rows, n_vecs = into.shape
-    indptr = np.arange(0, (m + 1) * e, e, dtype=np.int64)
-    design = sparse.csc_matrix(
-        (values.reshape(-1), rows.reshape(-1), indptr), shape=(n_rows, m), copy=False
-    )
-    design = design.tocsr() if e > 1 else design
-    kernels = _accumulating_kernels()
-    w = np.ascontiguousarray(weights, dtype=np.float64)
-    data = np.asarray(design.data, dtype=np.float64)
-    if (
-        kernels is None
-        or not into.flags.c_contiguous
-        or into.dtype != np.float64
-        or design.indptr.dtype != design.indices.dtype
-    ):
-        into += np.asarray(design @ w)
-        return
-    kernel = kernels[0] if e > 1 else kernels[1]  # the format of ``design``
-    kernel(n_rows, m, n_vecs, design.indptr, design.indices, data, w.ravel(), into.ravel())
-
-
-def _accumulating_kernels():
-    """scipy's ``(csr_matvecs, csc_matvecs)`` (``Y += A X``), or ``None`` where absent."""
-    try:
-        from scipy.sparse import _sparsetools
-    except ImportError:  # pragma: no cover - every scipy since 1.8 has it
-        return None
-    found = getattr(_sparsetools, "csr_matvecs", None), getattr(_sparsetools, "csc_matvecs", None)
-    return None if None in found else found
 
 
 class CalibrationReplicates(ReplicatesBase):
@@ -134,6 +76,7 @@ class CalibrationReplicates(ReplicatesBase):
     """
 
     _fn = "CalibrationReplicates"
+    _SETTINGS = ("n_bins", "classwise", "num_classes")
     method = "l1-two-step"
 
     def __init__(
@@ -169,14 +112,6 @@ class CalibrationReplicates(ReplicatesBase):
 
     def _check_sums(self, state: dict[str, torch.Tensor], where: str, prefix: str = "") -> None:
         check_calibration_sums(state, where, self.groups, prefix)
-
-    def _settings(self) -> dict[str, Any]:
-        return {
-            "n_replicates": self.n_replicates,
-            "n_bins": self.n_bins,
-            "classwise": self.classwise,
-            "num_classes": self.num_classes,
-        }
 
     def _prepare(self, probs: Any, labels: Any) -> tuple[int, dict[str, np.ndarray]]:
         from bensemble.metrics.scoring import _check_probs_targets, _top_label

@@ -39,7 +39,6 @@ from bensemble._validation import (
     check_finite,
     check_positive_int,
 )
-from bensemble.metrics.intervals._calibration_replicates import add_sparse_sums
 from bensemble.metrics.intervals._interval import Interval, l1_norm_interval
 from bensemble.metrics.intervals._replicate_checks import check_eece_sums
 from bensemble.metrics.intervals._replicates import (
@@ -48,6 +47,7 @@ from bensemble.metrics.intervals._replicates import (
     as_index_tensor,
     check_level,
 )
+from bensemble.metrics.intervals._sparse_sums import add_sparse_sums
 
 __all__ = ["EECEReplicates"]
 
@@ -87,6 +87,7 @@ class EECEReplicates(ReplicatesBase):
     """
 
     _fn = "EECEReplicates"
+    _SETTINGS = ("n_members", "n_slots", "n_groups", "binary")
     method = "l1-two-step"
 
     def __init__(
@@ -113,15 +114,6 @@ class EECEReplicates(ReplicatesBase):
 
     def _check_sums(self, state: dict[str, torch.Tensor], where: str, prefix: str = "") -> None:
         check_eece_sums(state, where, (self.n_groups, self.n_slots, self.n_members), prefix)
-
-    def _settings(self) -> dict[str, Any]:
-        return {
-            "n_replicates": self.n_replicates,
-            "n_members": self.n_members,
-            "n_slots": self.n_slots,
-            "n_groups": self.n_groups,
-            "binary": self.binary,
-        }
 
     def _prepare(
         self, member_probs: Any, labels: Any, point_bins: Any, eu: Any = None
@@ -196,17 +188,19 @@ class EECEReplicates(ReplicatesBase):
         add_sparse_sums(into, prepared["rows"][rows], prepared["values"][rows], w)
 
     # ---------------------------------------------------------------- results
-    def _parts(self) -> tuple[torch.Tensor, ...]:
-        """Per replicate and bin: ``W, Y, E, Q, P [R + 1, G, M(, H)]``."""
+    def _parts(self, replicates: slice = slice(None)) -> tuple[torch.Tensor, ...]:
+        """Per replicate and bin: ``W, Y, E, Q, P [R + 1, G, M(, H)]`` (the rows
+        ``replicates`` of them)."""
         self._check_ready()
-        s = torch.from_numpy(self._sums).T.reshape(
-            self.n_replicates + 1, self.n_groups, self.n_slots, self.width
+        s = torch.from_numpy(self._sums[:, replicates]).T.reshape(
+            -1, self.n_groups, self.n_slots, self.width
         )
         return s[..., 0], s[..., 1], s[..., 2], s[..., 3], s[..., 4:]
 
-    def plug_in_values(self) -> torch.Tensor:
-        """``[R + 1]`` plug-in EECE per replicate (row 0: the metric's value)."""
-        w, y, e, _, p = self._parts()
+    def plug_in_values(self, replicates: slice = slice(None)) -> torch.Tensor:
+        """``[R + 1]`` plug-in EECE per replicate (row 0: the metric's value; ``replicates``
+        picks rows: each row's value depends on its own sums only)."""
+        w, y, e, _, p = self._parts(replicates)
         denom = w.clamp_min(1e-300)
         acc, conf = y / denom, p / denom[..., None]
         terms = ((acc[..., None] - conf) ** 2).mean(-1) - e / denom
@@ -232,7 +226,7 @@ class EECEReplicates(ReplicatesBase):
         """The EECE (plug-in, as reported) and the interval of the population EECE."""
         level = check_level(level, f"{self._fn}.compute")
         terms = self.replicate_terms()
-        point = float(self.plug_in_values()[0])
+        point = float(self.plug_in_values(slice(0, 1))[0])  # the data's row only
         estimate = float(terms[0].abs().sum())
         low, high = l1_norm_interval(terms[0], terms[1:], level)
         covers = (

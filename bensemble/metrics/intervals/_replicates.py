@@ -132,8 +132,12 @@ class ReplicatesBase:
     def _check_sums(self, state: dict[str, torch.Tensor], where: str, prefix: str = "") -> None:
         raise NotImplementedError  # pragma: no cover - abstract
 
+    #: attributes besides ``n_replicates`` that two states must share to merge (and that a
+    #: loaded state dict must carry), in the order a state dict lists them
+    _SETTINGS: tuple[str, ...] = ()
+
     def _settings(self) -> dict[str, Any]:
-        return {"n_replicates": self.n_replicates}
+        return {"n_replicates": self.n_replicates, **{k: getattr(self, k) for k in self._SETTINGS}}
 
     def _state_shapes(self) -> dict[str, tuple[int, ...]]:
         """Every state array's shape, by key (what a state dict must hold)."""
@@ -156,8 +160,12 @@ class ReplicatesBase:
         out.update({k: torch.from_numpy(v) for k, v in self._extra.items()})
         return out
 
-    def _add(self, sums: np.ndarray, totals: np.ndarray, extra: dict[str, np.ndarray]) -> None:
-        self._sums += sums
+    def _add(
+        self, sums: np.ndarray | None, totals: np.ndarray, extra: dict[str, np.ndarray]
+    ) -> None:
+        """Add ``sums`` (``None``: already added in place), ``totals`` and the extra arrays."""
+        if sums is not None:
+            self._sums += sums
         self._totals += totals
         for key, value in extra.items():
             self._extra[key] += value
@@ -261,6 +269,7 @@ class MeanReplicates(ReplicatesBase):
     """
 
     _fn = "MeanReplicates"
+    _SETTINGS = ("covers",)
 
     def __init__(
         self, n_replicates: int = 200, *, covers: str = "the population mean of the values"
@@ -269,9 +278,6 @@ class MeanReplicates(ReplicatesBase):
             raise ValueError(f"{self._fn}: `covers` must be a str (got {type(covers).__name__})")
         self.covers = covers
         super().__init__(n_replicates)
-
-    def _settings(self) -> dict[str, Any]:
-        return {"n_replicates": self.n_replicates, "covers": self.covers}
 
     def _sums_shape(self) -> tuple[int, ...]:
         return (self.n_replicates + 1,)
