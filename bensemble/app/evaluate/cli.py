@@ -127,7 +127,8 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
         type=_positive_int_option,
         default=1,
         metavar="N",
-        help="processes for the main pass over the shards (1)",
+        help="processes for the main pass over the shards, and threads for the EECE's per-class "
+        "K-means fits (1)",
     )
     p.add_argument(
         "--out",
