@@ -13,11 +13,6 @@ import pytest
 import torch
 
 from bensemble.app.evaluate import evaluate_predictions, evaluate_shards
-from bensemble.app.evaluate import intervals as streamed
-
-pytestmark = pytest.mark.skipif(
-    not streamed.available(), reason="needs bensemble.metrics.intervals (streaming replicates)"
-)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _reference_evaluate import reference_evaluation  # noqa: E402

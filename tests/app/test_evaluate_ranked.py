@@ -12,7 +12,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import bensemble.app.evaluate.ranked as ranked_module
-from bensemble.app.evaluate import intervals
 from bensemble.app.evaluate.ranked import Ranked
 from bensemble.metrics import aurc, auroc, risk_coverage_curve
 
@@ -72,7 +71,6 @@ def test_vertices_lie_on_the_risk_coverage_curve(sample):
         assert (cov, r) == pytest.approx((float(full[0][i]), float(full[1][i])), rel=1e-12)
 
 
-@pytest.mark.skipif(not intervals.available(), reason="needs bensemble.metrics.intervals")
 @pytest.mark.parametrize("ties", [False, True])
 def test_replicates_are_the_librarys_on_the_same_rows(monkeypatch, ties):
     from bensemble.metrics.intervals import selective_replicates

@@ -14,14 +14,10 @@ import pytest
 import torch
 
 from bensemble.app.evaluate import evaluate_predictions
-from bensemble.app.evaluate.intervals import available
-from bensemble.app.evaluate.replicates import GatheredBootstrap, _plan
 from bensemble.cli import main
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _reference_evaluate import reference_evaluation  # noqa: E402
-
-STREAMED = available()  # the library's streaming replicate states give the intervals
 
 
 def _members(m=3, n=300, k=4, seed=0, sharpness=1.0):
@@ -118,38 +114,6 @@ def test_every_headline_number_has_an_interval_around_the_reported_value(split_r
         assert rows[("conformal", metric)]["value"] == result["conformal"][metric]
     assert rows[("ensemble", "eece")]["value"] == result["ensemble"]["eece"]
     assert ("scaled - unscaled", "nll") in rows
-
-
-@pytest.mark.skipif(STREAMED, reason="the gathered bootstrap gave way to streaming replicates")
-@pytest.mark.parametrize("members", [3, 1])
-def test_all_ones_weights_reproduce_every_reported_number(members, monkeypatch):
-    """The statistics the bootstrap resamples are the reported numbers at all-ones weights (the
-    plan built from what the main pass handed the accumulator, chunk by chunk)."""
-    plans = []
-    compute = GatheredBootstrap.compute
-
-    def spy(self, reported):
-        plans.append(_plan(self._gathered(), self.n_bins))
-        return compute(self, reported)
-
-    monkeypatch.setattr(GatheredBootstrap, "compute", spy)
-    probs, labels = _members(m=members, n=240, k=3, seed=4)
-    ev = evaluate_predictions(
-        probs, labels, calibration_split=0.5, bootstrap=5, seed=2, chunk_size=50
-    )
-    (plan,) = plans
-    got = plan.evaluate(torch.ones(1, plan.n))
-    reported = {
-        "unscaled": {**ev.metrics[0], **ev.selective[0]},
-        "temperature-scaled": {**ev.metrics[1], **ev.selective[1]},
-    }
-    reported["conformal"] = ev.conformal
-    reported["ensemble"] = ev.ensemble or {}
-    reported["scaled - unscaled"] = {"nll": ev.metrics[1]["nll"] - ev.metrics[0]["nll"]}
-    assert len(got) >= 18
-    for key, value in got.items():
-        stage, metric = key.split(":")
-        assert value.item() == pytest.approx(reported[stage][metric], rel=1e-10, abs=1e-12), key
 
 
 def test_bootstrap_zero_disables_intervals(tmp_path, capsys):
@@ -263,20 +227,6 @@ def test_one_progress_line_per_stage_on_a_terminal(tmp_path, capsys, monkeypatch
         "bensemble evaluate: writing the report",
     ]
     assert all(re.fullmatch(r".* \.\.\. \d+\.\d s", line) for line in lines)
-
-
-@pytest.mark.skipif(STREAMED, reason="the gathered bootstrap gave way to streaming replicates")
-def test_a_statistic_too_large_for_the_design_is_skipped_with_a_note(monkeypatch):
-    import bensemble.app.bootstrap as B
-
-    probs, labels = _members(m=3, n=200, k=4)
-    # room for the means, ECE bins and the classwise ECE (n * K each), not for the EECE
-    monkeypatch.setattr(B, "MAX_DESIGN_ENTRIES", 4000)
-    ev = evaluate_predictions(probs, labels, bootstrap=20)
-    metrics = {(r["stage"], r["metric"]) for r in ev.intervals}
-    assert ("ensemble", "eece") not in metrics and ("unscaled", "ece") in metrics
-    assert any("No interval for ensemble:eece" in note for note in ev.notes)
-    assert ev.verdicts[2]["ci_low"] is None and "No interval" in ev.verdicts[2]["detail"]
 
 
 @pytest.mark.parametrize("stem", ["epistemic_reliability", "reliability"])

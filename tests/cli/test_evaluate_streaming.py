@@ -2,7 +2,7 @@
 memory-mapped .npy read a chunk at a time, shards, worker processes, Ray - and every number of
 the report equals the in-memory evaluation it replaced (``_reference_evaluate``, the library's
 one-shot functions on whole arrays), with and without a calibration split, probabilities and
-logits, one model and ensembles; the intervals equal the previous bootstrap's for the same seed."""
+logits, one model and ensembles; the intervals are the same for any chunking, shards or workers."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ import torch
 
 import bensemble.metrics._streaming_kmeans as sk
 from bensemble.app.evaluate import evaluate_predictions, evaluate_shards
-from bensemble.app.evaluate.intervals import available
 from bensemble.metrics.streaming_eval import open_memmap
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app"))
@@ -29,7 +28,6 @@ from _reference_evaluate import reference_evaluation  # noqa: E402
 #: room for the differences (|acc - conf| of the ECEs) without hiding a wrong term. Counts (n,
 #: support, set sizes) and ranks (AUROC, AURC) are compared exactly or to the same tolerance.
 REL = 1e-10
-STREAMED = available()  # the library's streaming replicate states give the intervals
 KEYS = ("metrics", "selective", "ensemble", "conformal", "temperature", "per_class")
 
 
@@ -170,64 +168,6 @@ def test_eece_does_not_depend_on_the_member_order():
     for perm in ([3, 1, 0, 2], [1, 0, 2, 3], [3, 2, 1, 0]):
         ev = evaluate_predictions(probs[perm], y, eece_bins=8, chunk_size=64, bootstrap=0)
         assert ev.ensemble["eece"] == pytest.approx(want, rel=REL, abs=1e-14)
-
-
-# ----------------------------------------------------------------------------- intervals
-def _previous_intervals(ref, n_bins, n_boot, seed):
-    """The intervals of the previous in-memory report: its bootstrap plan on whole arrays."""
-    from bensemble.app.bootstrap import BootstrapPlan
-    from bensemble.app.bootstrap_stats import (
-        eece_partition,
-        per_sample_nll,
-        register_stage,
-        stage_intervals,
-    )
-    from bensemble.metrics._eece_stats import _member_variance
-    from bensemble.uncertainty import decompose_classification_uncertainty
-
-    labels, probs, scaled = ref["labels"], ref["probs"], ref["scaled"]
-    plan = BootstrapPlan(labels.shape[0])
-    register_stage(plan, "unscaled", probs, labels, n_bins)
-    reported = {"unscaled": {**ref["metrics"][0], **ref["selective"][0]}}
-    if scaled is not None:
-        register_stage(plan, "temperature-scaled", scaled, labels, n_bins)
-        plan.mean(
-            "scaled - unscaled:nll", per_sample_nll(scaled, labels) - per_sample_nll(probs, labels)
-        )
-        reported["temperature-scaled"] = {**ref["metrics"][1], **ref["selective"][1]}
-        reported["scaled - unscaled"] = {"nll": ref["metrics"][1]["nll"] - ref["metrics"][0]["nll"]}
-        sets = ref["sets"]
-        plan.mean("conformal:coverage", sets.gather(1, labels[:, None]).squeeze(1))
-        plan.mean("conformal:mean_set_size", sets.sum(1))
-        plan.mean("conformal:empty_set_rate", ~sets.any(1))
-        reported["conformal"] = ref["conformal"]
-    members = ref["members"]
-    if members.shape[0] > 1:
-        total, aleatoric, epistemic = decompose_classification_uncertainty(members)
-        plan.mean("ensemble:mean_total", total)
-        plan.mean("ensemble:mean_aleatoric", aleatoric)
-        plan.mean("ensemble:mean_epistemic", epistemic)
-        m, n, k = members.shape
-        variance = _member_variance(members.reshape(m, n * k)).view(n, k).mean(1)
-        plan.mean("ensemble:mean_member_variance", variance)
-        plan.eece("ensemble:eece", **eece_partition(members, labels, ref["details"]))
-        reported["ensemble"] = ref["ensemble"]
-    return stage_intervals(plan.run(n_boot, seed=seed), reported)
-
-
-@pytest.mark.skipif(STREAMED, reason="the gathered bootstrap gave way to streaming replicates")
-@pytest.mark.parametrize("split", [None, 0.4], ids=["all", "split"])
-def test_intervals_equal_the_previous_bootstrap(split):
-    z, y = _data(3, n=240, seed=2)
-    probs = torch.softmax(z, -1)
-    kw = {"calibration_split": split, "seed": 4, "eece_bins": 7}
-    ev = evaluate_predictions(probs, y, bootstrap=40, chunk_size=37, **kw)
-    ref = reference_evaluation(probs, y, **kw)
-    want = _previous_intervals(ref, 15, 40, 4)
-    order = {(r["stage"], r["metric"]): r for r in ev.intervals}
-    assert set(order) == {(r["stage"], r["metric"]) for r in want}
-    for row in want:
-        assert_same(order[(row["stage"], row["metric"])], row, f"{row['stage']}:{row['metric']}")
 
 
 # ----------------------------------------------------------------------------- shards, workers

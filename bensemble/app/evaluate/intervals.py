@@ -34,7 +34,7 @@ import torch
 from bensemble.app.bootstrap_stats import per_sample_nll
 from bensemble.app.evaluate.replicates import ChunkValues, IntervalResult
 
-__all__ = ["INTERVAL_NOTES", "StreamedIntervals", "available"]
+__all__ = ["INTERVAL_NOTES", "StreamedIntervals"]
 
 _F64 = torch.float64
 _STAGE_MEANS = ("accuracy", "nll", "brier")
@@ -54,15 +54,6 @@ INTERVAL_NOTES = (
     "fixed (the clustering's own variability is not included), built around the bias-corrected "
     "EECE (estimate), which can lie below the plug-in value.",
 )
-
-
-def available() -> bool:
-    """Whether the library holds the streaming replicate states."""
-    try:
-        import bensemble.metrics.intervals  # noqa: F401
-    except ImportError:  # pragma: no cover - before the package was added
-        return False
-    return True
 
 
 class StreamedIntervals:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from bensemble.app.evaluate.ranked import Ranked
-from bensemble.app.evaluate.replicates import ChunkValues, GatheredBootstrap
+from bensemble.app.evaluate.replicates import ChunkValues
 from bensemble.metrics.streaming import (
     AccuracyMeter,
     BrierMeter,
@@ -166,20 +166,15 @@ class EvaluationState:
 
 def interval_accumulator(plan: Plan) -> Any:
     """The interval accumulator of the main pass (``None`` with ``bootstrap=0``): streaming
-    replicate states where the library has them (:mod:`bensemble.app.evaluate.intervals`), else
-    the gathered bootstrap of :mod:`bensemble.app.evaluate.replicates`."""
+    replicate states (:mod:`bensemble.app.evaluate.intervals`)."""
     from bensemble.app.evaluate import intervals
 
     o = plan.options
     if o.bootstrap == 0:
         return None
-    if intervals.available():
-        slots = max(c.shape[0] for c in plan.centroids[0]) if plan.centroids else 0
-        split = plan.split is not None
-        return intervals.StreamedIntervals(
-            plan.k, plan.m, o.n_bins, split, slots, o.bootstrap, o.seed
-        )
-    return GatheredBootstrap(plan.n_part, plan.part_index, o.n_bins, o.bootstrap, o.seed)
+    slots = max(c.shape[0] for c in plan.centroids[0]) if plan.centroids else 0
+    split = plan.split is not None
+    return intervals.StreamedIntervals(plan.k, plan.m, o.n_bins, split, slots, o.bootstrap, o.seed)
 
 
 def rows_of(start: int, stop: int, keep: torch.Tensor | None) -> torch.Tensor:
