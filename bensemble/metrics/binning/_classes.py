@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from bensemble.metrics.binning import _coreset, _sorted, _sorted_seed
+from bensemble.metrics.binning import _coreset, _sorted, _subsample_seed
 from bensemble.metrics.binning._batched import _lloyd_batch, _seed_batch
 from bensemble.metrics.binning._lloyd import _kmeans_plusplus, _lloyd
 from bensemble.metrics.binning._nearest import _assign, _n_distinct_at_least, _refine
@@ -48,9 +48,6 @@ MAX_BATCH_SCORES = 1 << 21
 MAX_CHUNK_ELEMENTS = 1 << 22
 #: Most classes in one chunk.
 MAX_CHUNK_CLASSES = 32
-#: Classes whose member vectors have at most this share of their spread off the diagonal are
-#: seeded on sorted rows (:func:`~._sorted_seed.seed`, exact); the others with the dense kernels.
-PRUNE_OFF_DIAGONAL = 0.1
 
 
 def _prepare(x: torch.Tensor, n_bins: int, seed: int, subsample: int | None, tol: float):
@@ -91,7 +88,7 @@ def _final_bins(xs: list[torch.Tensor], fits) -> list[torch.Tensor]:
     guess = guess.gather(1, rows.order)
     if pad:
         guess = torch.cat([guess, guess[:, -1:].expand(-1, pad)], dim=1)
-    near = cent.gather(1, guess[:, :, None].expand(-1, -1, cent.shape[2]))
+    near = _sorted.rows_at(cent, guess)
     upper = (rows.x - near).pow_(2).sum(2).sqrt_()
     labels, _ = _sorted.nearest(rows, cent, upper, guess)
     return [rows.unsort(labels[i], i) for i in range(len(xs))]
@@ -147,43 +144,25 @@ def fit_group(
     """
     x32 = torch.stack([x.to(_F32) for x in xs])
     n_cls, n, _ = x32.shape
+    if lloyd_rtol > 0:
+        # the classwise fit: k-means++ on a subsample of each class, Lloyd on sorted rows
+        start, flags = _subsample_seed.seed(x32, n_clusters, gens, tols)
+        fits = _sorted.fit(x32, start, max_iter, tols, lloyd_rtol)
+        return [(*fit, bool(ex)) for fit, ex in zip(fits, flags.tolist(), strict=True)]
     batched = n_cls > 1 and n_cls * n * n_clusters <= MAX_BATCH_SCORES
-    rows = _sorted.SortedRows.build(x32) if lloyd_rtol > 0 else None
-    chosen = torch.empty(n_cls, n_clusters, dtype=torch.int64, device=x32.device)
-    exhausted = [False] * n_cls
-    # the classwise rule: greedy k-means++ on sorted rows where the members agree (exact, the
-    # same draws and choices); the dense kernels elsewhere, and for the exact fit
-    pruned = (
-        (_sorted_seed.off_diagonal(x32, rows) <= PRUNE_OFF_DIAGONAL).tolist()
-        if rows
-        else [False] * n_cls
-    )
-    take = [i for i in range(n_cls) if pruned[i]]
-    if take:
-        index = torch.tensor(take, device=x32.device)
-        sub, flags = _sorted_seed.seed(
-            x32[index], rows.select(index), n_clusters, [gens[i] for i in take]
-        )
-        chosen[index] = sub
-        for i, flag in zip(take, flags.tolist(), strict=True):
-            exhausted[i] = flag
-    rest = [i for i in range(n_cls) if not pruned[i]]
-    if rest and batched:
-        index = torch.tensor(rest, device=x32.device)
-        sub, flags = _seed_batch(x32[index], n_clusters, [gens[i] for i in rest])
-        chosen[index] = sub
-        for i, flag in zip(rest, flags.tolist(), strict=True):
-            exhausted[i] = flag
+    if batched:
+        chosen, flags = _seed_batch(x32, n_clusters, gens)
+        exhausted = flags.tolist()
     else:
-        for i in rest:
+        chosen = torch.empty(n_cls, n_clusters, dtype=torch.int64, device=x32.device)
+        exhausted = [False] * n_cls
+        for i in range(n_cls):
             picked = _kmeans_plusplus(x32[i], n_clusters, gens[i])
             exhausted[i] = picked.numel() < n_clusters
             chosen[i] = picked if not exhausted[i] else picked[:1].expand(n_clusters)
     every = torch.arange(n_cls, device=x32.device)[:, None]
     start = x32[every, chosen].clone()
-    if lloyd_rtol > 0:
-        fits = _sorted.fit(x32, start, max_iter, tols, lloyd_rtol, rows=rows)
-    elif batched:
+    if batched:
         fits = _lloyd_batch(x32, start, max_iter, tols)
     else:
         fits = [_lloyd(x, c, max_iter, t) for x, c, t in zip(x32, start, tols, strict=True)]

@@ -35,7 +35,16 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["BLOCK", "WIDTHS", "SortedRows", "fit", "lloyd", "nearest", "nearest_from_scratch"]
+__all__ = [
+    "BLOCK",
+    "WIDTHS",
+    "SortedRows",
+    "fit",
+    "lloyd",
+    "nearest",
+    "nearest_from_scratch",
+    "rows_at",
+]
 
 _F64 = torch.float64
 #: Rows per block (a block is scored against one window of centroids).
@@ -69,7 +78,7 @@ class SortedRows:
         """Sort ``x [C, N, H]`` (any float dtype) by projection and pad to blocks."""
         groups, n, width = x.shape
         proj, order = torch.sort(_project(x), dim=1, stable=True)
-        rows = x.gather(1, order[:, :, None].expand(-1, -1, width))
+        rows = rows_at(x, order)
         pad = -n % block
         if pad:
             rows = torch.cat([rows, rows[:, -1:].expand(-1, pad, -1)], dim=1)
@@ -92,6 +101,16 @@ class SortedRows:
         """``[R]`` values of group ``group`` per sorted position -> ``[N]`` per original row."""
         out = torch.empty(self.n, dtype=values.dtype, device=values.device)
         return out.scatter_(0, self.order[group], values[: self.n])
+
+
+def rows_at(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``x[c, index[c, r]]`` as ``[C, R, H]`` for ``x [C, M, H]``, ``index [C, R]``: one
+    ``index_select`` on the flattened rows (what ``x.gather(1, index[..., None].expand(...))``
+    gives, 4-5x faster on the CPU)."""
+    groups, m, width = x.shape
+    base = (torch.arange(groups, device=x.device) * m)[:, None]
+    flat = x.reshape(groups * m, width).index_select(0, (index + base).view(-1))
+    return flat.view(groups, index.shape[1], width)
 
 
 def _project(x: torch.Tensor) -> torch.Tensor:
@@ -216,7 +235,7 @@ def nearest_from_scratch(
     below = (at - 1).clamp_(min=0)
     closer = (rows.proj - cproj.gather(1, below)).abs() <= (cproj.gather(1, at) - rows.proj).abs()
     guess = torch.where(closer, below, at)
-    c = cs.gather(1, guess[:, :, None].expand(-1, -1, rows.x.shape[2]))
+    c = rows_at(cs, guess)
     upper = (rows.x - c).pow_(2).sum(2).sqrt_()
     return nearest(rows, centroids, upper, corder.gather(1, guess))
 
