@@ -34,7 +34,7 @@ INIT_ROWS = 4096
 #: Share of the sample taken as the rows farthest from the class mean (weight 1 each).
 FAR_SHARE = 0.5
 #: Most weighted Lloyd steps on the sample before the fit over every row (0: none).
-INIT_STEPS = 0
+INIT_STEPS = 30
 #: A sample Lloyd step lowering the weighted inertia by less than this share of it is the last.
 INIT_RTOL = 1e-3
 
