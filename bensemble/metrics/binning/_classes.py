@@ -66,10 +66,11 @@ def _prepare(x: torch.Tensor, n_bins: int, seed: int, subsample: int | None, tol
     return g, x_fit, n_clusters, plain, tol_abs
 
 
-def _final_bins(xs: list[torch.Tensor], fits) -> list[torch.Tensor]:
-    """Nearest (float64) kept centroid of every row of each class, all classes at once on sorted
-    rows (:func:`~._sorted.nearest`, exact; the float32 labels give the bounds); what
-    :func:`_finish` assigns densely otherwise. Clusters that ended empty are dropped first."""
+def _final_bins(xs: list[torch.Tensor], fits, order: torch.Tensor) -> list[torch.Tensor]:
+    """Nearest (float64) kept centroid of every row of each class, all classes at once on rows
+    in the fit's ``order`` (:func:`~._sorted.nearest`, exact; the float32 labels give the
+    bounds); what :func:`_finish` assigns densely otherwise. Clusters that ended empty are
+    dropped first."""
     kept, guesses = [], []
     for (c32, labels, *_), _x in zip(fits, xs, strict=True):
         counts = torch.bincount(labels, minlength=c32.shape[0])
@@ -82,7 +83,7 @@ def _final_bins(xs: list[torch.Tensor], fits) -> list[torch.Tensor]:
     for i, c in enumerate(kept):
         cent[i, : c.shape[0]] = c
     x64 = torch.stack([x.to(_F64) for x in xs])
-    rows = _sorted.SortedRows.build(x64)
+    rows = _sorted.SortedRows.build(x64, order=order)
     guess = torch.stack(guesses)  # original order
     pad = rows.x.shape[1] - rows.n
     guess = guess.gather(1, rows.order)
@@ -133,6 +134,7 @@ def fit_group(
     max_iter: int,
     tols: list[float],
     lloyd_rtol: float,
+    orders: list[torch.Tensor] | None = None,
 ) -> list[tuple[torch.Tensor, torch.Tensor | None, int, bool, bool]]:
     """Greedy k-means++ then Lloyd for classes of equal shape ``[n, H]`` (float64 rows).
 
@@ -140,14 +142,17 @@ def fit_group(
     exhausted)``; ``exhausted`` marks a seeding that ran out of distinct rows (the caller refits
     that class alone). With ``lloyd_rtol > 0`` Lloyd runs on sorted rows for all classes at once
     (exact per step, :mod:`._sorted`); with ``0`` the dense kernels run (bit-identical to the
-    per-class loop).
+    per-class loop). ``orders``: receives the ``[C, n]`` sorted-row order of the Lloyd fit.
     """
     x32 = torch.stack([x.to(_F32) for x in xs])
     n_cls, n, _ = x32.shape
     if lloyd_rtol > 0:
         # the classwise fit: k-means++ on a subsample of each class, Lloyd on sorted rows
         start, flags = _subsample_seed.seed(x32, n_clusters, gens, tols)
-        fits = _sorted.fit(x32, start, max_iter, tols, lloyd_rtol)
+        rows = _sorted.SortedRows.build(x32)
+        if orders is not None:
+            orders.append(rows.order)
+        fits = _sorted.fit(x32, start, max_iter, tols, lloyd_rtol, rows=rows)
         return [(*fit, bool(ex)) for fit, ex in zip(fits, flags.tolist(), strict=True)]
     batched = n_cls > 1 and n_cls * n * n_clusters <= MAX_BATCH_SCORES
     if batched:
@@ -247,6 +252,7 @@ def fit_classes(
             else:
                 results[k] = fallback(k)
         for (_, n_clusters), group in shapes.items():
+            orders: list[torch.Tensor] = []
             fits = fit_group(
                 [prepared[k][1] for k in group],
                 [prepared[k][0] for k in group],
@@ -254,12 +260,14 @@ def fit_classes(
                 max_iter,
                 [prepared[k][4] for k in group],
                 lloyd_rtol,
+                orders,
             )
             done = [i for i, fit in enumerate(fits) if not fit[-1]]
             bins = {}
             if lloyd_rtol > 0 and not subsampled and done:
                 # the final float64 assignment of the whole group on sorted rows (exact)
-                ids = _final_bins([xs[group[i]] for i in done], [fits[i] for i in done])
+                order = orders[0][torch.tensor(done)]
+                ids = _final_bins([xs[group[i]] for i in done], [fits[i] for i in done], order)
                 bins = {group[i]: b for i, b in zip(done, ids, strict=True)}
             for k, (*fitted, exhausted) in zip(group, fits, strict=True):
                 if exhausted:

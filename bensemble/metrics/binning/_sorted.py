@@ -74,10 +74,17 @@ class SortedRows:
     n: int
 
     @classmethod
-    def build(cls, x: torch.Tensor, block: int = BLOCK) -> SortedRows:
-        """Sort ``x [C, N, H]`` (any float dtype) by projection and pad to blocks."""
+    def build(
+        cls, x: torch.Tensor, block: int = BLOCK, order: torch.Tensor | None = None
+    ) -> SortedRows:
+        """Sort ``x [C, N, H]`` (any float dtype) by projection and pad to blocks. ``order``:
+        a ``[C, N]`` row order to use instead of sorting (e.g. the float32 rows' order for the
+        float64 rows: nearly sorted is enough, the windows are bounded per block)."""
         groups, n, width = x.shape
-        proj, order = torch.sort(_project(x), dim=1, stable=True)
+        if order is None:
+            proj, order = torch.sort(_project(x), dim=1, stable=True)
+        else:
+            proj = _project(x).gather(1, order)
         rows = rows_at(x, order)
         pad = -n % block
         if pad:

@@ -22,7 +22,6 @@ import math
 
 import torch
 
-from bensemble.metrics.binning._batched import _candidate_dist
 from bensemble.metrics.binning._coreset import _weighted_lloyd
 from bensemble.metrics.binning._sorted import rows_at
 
@@ -32,11 +31,13 @@ _F64 = torch.float64
 #: Rows of the seeding sample (scikit-learn's ``init_size`` default is 3 x 1,024).
 INIT_ROWS = 4096
 #: Share of the sample taken as the rows farthest from the class mean (weight 1 each).
-FAR_SHARE = 0.5
+FAR_SHARE = 0.75
 #: Most weighted Lloyd steps on the sample before the fit over every row (0: none).
 INIT_STEPS = 30
 #: A sample Lloyd step lowering the weighted inertia by less than this share of it is the last.
 INIT_RTOL = 1e-3
+#: Candidates per k-means++ step (``None``: ``2 + floor(ln M)``, scikit-learn's).
+INIT_TRIALS: int | None = None
 
 
 def sample(x: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,14 +51,28 @@ def sample(x: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, torch.Ten
     if n <= INIT_ROWS:
         return x, torch.ones(n, dtype=x.dtype, device=x.device)
     d = ((x - x.mean(0)) ** 2).sum(1, dtype=_F64)
-    order = torch.sort(d, descending=True, stable=True).indices
     n_far = int(INIT_ROWS * FAR_SHARE)
-    rest = order[n_far:]
+    # the n_far largest distances; ties at the threshold go to the lower row indices
+    threshold = torch.kthvalue(d, n - n_far + 1).values
+    far = d > threshold
+    ties = (d == threshold).nonzero()[:, 0]
+    far[ties[: n_far - int(far.sum())]] = True
+    rest = (~far).nonzero()[:, 0]
     drawn = rest[torch.randperm(rest.numel(), generator=g)[: INIT_ROWS - n_far].to(x.device)]
-    rows = torch.cat([order[:n_far], drawn])
+    rows = torch.cat([far.nonzero()[:, 0], drawn])
     w = torch.ones(INIT_ROWS, dtype=x.dtype, device=x.device)
     w[n_far:] = rest.numel() / (INIT_ROWS - n_far)
     return x[rows], w
+
+
+def _weighted_dist(xw_t, wx_sq, xs, x_sq, rows, closest):
+    """``min(closest, w ||x - xs[rows]||^2)`` as ``[C, T, S]``: one ``baddbmm`` of the
+    candidates ``[-2 c, ||c||^2]`` with the weighted rows ``[w x, w]`` (``xw_t [C, H + 1, S]``)
+    plus ``w ||x||^2`` (``wx_sq [C, S]``), so no product with the weights per step."""
+    picked = rows_at(xs, rows)  # [C, T, H]
+    cand = torch.cat([picked * -2.0, x_sq.gather(1, rows)[:, :, None]], dim=2)
+    d = torch.baddbmm(wx_sq[:, None, :], cand, xw_t).clamp_min_(0.0)
+    return torch.minimum(d, closest[:, None, :], out=d)
 
 
 def _kmeans_plusplus(
@@ -65,31 +80,33 @@ def _kmeans_plusplus(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Weighted greedy k-means++ for every class of ``xs [C, S, H]`` with weights ``w [C, S]``
     (``2 + floor(ln M)`` candidates per step drawn with probability ``w * closest``, the one
-    lowering the weighted potential most kept). Each class draws from its own generator: the
-    result of a class does not depend on the batch. Returns ``([C, M] sample rows, exhausted)``."""
+    lowering the weighted potential ``sum w * closest`` most kept). Each class draws from its own
+    generator: the result of a class does not depend on the batch. Returns ``([C, M] sample
+    rows, exhausted [C])``."""
     groups, size, _ = xs.shape
-    n_trials = 2 + int(math.log(n_clusters))
+    n_trials = INIT_TRIALS or 2 + int(math.log(n_clusters))
     first = torch.cat([torch.randint(size, (1,), generator=g) for g in gens]).to(xs.device)
     draws = torch.stack(
         [torch.rand((n_clusters - 1) * n_trials, generator=g, dtype=_F64) for g in gens]
     ).view(groups, n_clusters - 1, n_trials)
     draws = draws.to(xs.device)
     x_sq = (xs * xs).sum(2)
-    x_t = xs.transpose(1, 2).contiguous()
+    xw_t = torch.cat([xs * w[:, :, None], w[:, :, None]], dim=2).transpose(1, 2).contiguous()
+    wx_sq = w * x_sq
     every = torch.arange(groups, device=xs.device)
     chosen = torch.empty(groups, n_clusters, dtype=torch.int64, device=xs.device)
     chosen[:, 0] = first
     closest = torch.full((groups, size), math.inf, dtype=xs.dtype, device=xs.device)
-    closest = _candidate_dist(xs, x_t, x_sq, chosen[:, :1], closest)[:, 0]
+    closest = _weighted_dist(xw_t, wx_sq, xs, x_sq, chosen[:, :1], closest)[:, 0]  # weighted
     exhausted = torch.zeros(groups, dtype=torch.bool, device=xs.device)
     for k in range(1, n_clusters):
-        cum = torch.cumsum(closest * w, 1, dtype=_F64)
+        cum = torch.cumsum(closest, 1, dtype=_F64)
         total = cum[:, -1]
         exhausted |= ~(total > 0)
         cand = torch.searchsorted(cum, draws[:, k - 1] * total[:, None], right=True)
         cand.clamp_(max=size - 1)
-        trial = _candidate_dist(xs, x_t, x_sq, cand, closest)  # [C, T, S]
-        best = (trial * w[:, None, :]).sum(2, dtype=_F64).argmin(1)
+        trial = _weighted_dist(xw_t, wx_sq, xs, x_sq, cand, closest)  # [C, T, S]
+        best = trial.sum(2, dtype=_F64).argmin(1)
         chosen[:, k] = cand[every, best]
         closest = trial[every, best]
     return chosen, exhausted
