@@ -24,8 +24,8 @@ within rounding. Ties go to the lower centroid index for identical centroids (a 
 :func:`lloyd` runs Lloyd iterations for all groups at once with the stopping rules of
 :func:`bensemble.metrics.binning._lloyd._lloyd`; each step's upper bound is the previous distance
 plus the move of the row's centroid (triangle inequality), and the per-cluster sums are updated
-in float64 from the rows that changed cluster only. The greedy k-means++ seeding on the same
-sorted rows is :mod:`~bensemble.metrics.binning._sorted_seed`.
+in float64 from the rows that changed cluster only. The classwise path's seeds come from
+:mod:`~bensemble.metrics.binning._subsample_seed`.
 """
 
 from __future__ import annotations

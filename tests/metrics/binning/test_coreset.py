@@ -1,7 +1,7 @@
 """The classwise EECE's cheaper fits: its default fit (sampled seeding, ``lloyd_rtol``) within
-+1% (mean) / +5% (worst class) of the exact fit's inertia, and the opt-in coreset fit (bensemble.metrics.binning._coreset): close
-in inertia, identical between the batched classwise path and ``_fit``; the exact fit still
-available (``lloyd_rtol=0``, ``coreset=None``)."""
++1% (mean) / +5% (worst class) of the exact fit's inertia, and the opt-in coreset fit
+(bensemble.metrics.binning._coreset): close in inertia, identical between the batched classwise
+path and ``_fit``; the exact fit still available (``lloyd_rtol=0``, ``coreset=None``)."""
 
 from __future__ import annotations
 
