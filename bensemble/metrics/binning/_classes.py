@@ -1,19 +1,22 @@
 """The classwise EECE's ``K`` per-class ``"torch"`` K-means fits, run together.
 
-Every class gets the fit :func:`bensemble.metrics.binning._fit._fit` would give it alone (same
-seed, same draws, same stopping rule; ``tests/metrics/binning/test_classes.py``); what changes is
-how the work is laid out:
+Every class gets the fit :func:`bensemble.metrics.binning._fit._fit` gives it alone with the
+same options (``tests/metrics/binning/test_classes.py``); what changes is how the work is laid
+out:
 
 * **Chunks of classes on single-threaded workers** (:func:`~._threads.map_classes`): no
   intra-op barriers, all cores busy.
-* **Seeding** (greedy k-means++) per class, or batched over the chunk for small classes
-  (:func:`~._batched._seed_batch`, bit-identical): it is the same arithmetic either way; batching
-  only saves per-op costs, which matter below ~10,000 rows.
-* **Lloyd** - with the classwise stopping rule (``lloyd_rtol > 0``, the default), one Lloyd over
-  all classes of a chunk on projection-sorted rows (:mod:`~._sorted`): each step scores a block
-  of rows only against the few centroids whose projection can be nearest, exactly, and updates
-  the cluster sums from the rows that moved. With ``lloyd_rtol=0`` (the exact fit) the dense
-  kernels run, bit-identical to the per-class loop of binary EECEs.
+* **Seeding** - with the classwise rule (``lloyd_rtol > 0``, the default) weighted greedy
+  k-means++ and a few weighted Lloyd steps on a stratified 4,096-row sample of each class
+  (:mod:`~._subsample_seed`, batched over the chunk, each class from its own generator); with
+  ``lloyd_rtol=0`` (the exact fit) greedy k-means++ on every row, per class or batched for small
+  classes (:func:`~._batched._seed_batch`, bit-identical to the per-class seeding).
+* **Lloyd** - with ``lloyd_rtol > 0``, one Lloyd over all classes of a chunk on
+  projection-sorted rows (:mod:`~._sorted`): each step scores a block of rows only against the
+  few centroids whose projection can be nearest, exactly, and updates the cluster sums from the
+  rows that moved; it stops per class once a step lowers the inertia by at most ``lloyd_rtol``
+  of it. With ``lloyd_rtol=0`` the dense kernels run, bit-identical to the per-class loop of
+  binary EECEs.
 * **Closed form**: a class with no more distinct member vectors than bins (e.g. all but a few
   rows equal) gets every distinct row as its own centroid - the exact optimum, no iterations.
 
