@@ -85,12 +85,12 @@ class SortedRows:
             proj, order = torch.sort(_project(x), dim=1, stable=True)
         else:
             proj = _project(x).gather(1, order)
-        rows = rows_at(x, order)
         pad = -n % block
-        if pad:
-            rows = torch.cat([rows, rows[:, -1:].expand(-1, pad, -1)], dim=1)
+        padded = order
+        if pad:  # padding rows repeat the last sorted row (one gather, no second copy)
+            padded = torch.cat([order, order[:, -1:].expand(-1, pad)], dim=1)
             proj = torch.cat([proj, proj[:, -1:].expand(-1, pad)], dim=1)
-        rows = rows.contiguous()
+        rows = rows_at(x, padded)
         return cls(rows, proj.contiguous(), (rows * rows).sum(2), order, n)
 
     @property
