@@ -22,6 +22,7 @@ import math
 
 import torch
 
+from bensemble.metrics.binning._batched import seed_draws
 from bensemble.metrics.binning._coreset import _weighted_lloyd
 from bensemble.metrics.binning._sorted import rows_at
 
@@ -85,11 +86,7 @@ def _kmeans_plusplus(
     rows, exhausted [C])``."""
     groups, size, _ = xs.shape
     n_trials = INIT_TRIALS or 2 + int(math.log(n_clusters))
-    first = torch.cat([torch.randint(size, (1,), generator=g) for g in gens]).to(xs.device)
-    draws = torch.stack(
-        [torch.rand((n_clusters - 1) * n_trials, generator=g, dtype=_F64) for g in gens]
-    ).view(groups, n_clusters - 1, n_trials)
-    draws = draws.to(xs.device)
+    first, draws = seed_draws(gens, size, n_clusters, n_trials, xs.device)
     x_sq = (xs * xs).sum(2)
     xw_t = torch.cat([xs * w[:, :, None], w[:, :, None]], dim=2).transpose(1, 2).contiguous()
     wx_sq = w * x_sq
