@@ -15,8 +15,8 @@ member vectors).
   within-bin sum of squares (inertia) over the exact fit's, worst class and mean; also the
   exact fit's own seed 1 against seed 0.
 * ``--imagenet``: ``bench_eece_classwise.py``'s ImageNet-like classes at K = 1000, N = 50,000,
-  200 bins: the seeding of 8 classes on sorted rows (with its count of full steps) against the
-  dense per-class seeding, and the classwise fit of 100 classes with chunks of 2^20 / 2^22
+  200 bins: the classwise path's sampled seeding of 8 classes against the dense per-class
+  seeding, and the classwise fit of 100 classes with chunks of 2^20 / 2^22
   elements of sorted rows.
 
 Run: ``python benchmarks/profile_kmeans_classwise.py [--profile] [--subsample] [--pruned]
@@ -205,28 +205,25 @@ def stopping() -> None:
 def imagenet() -> None:
     from bench_eece_classwise import members
 
-    from bensemble.metrics.binning import _classes, _sorted, _sorted_seed
+    from bensemble.metrics.binning import _classes, _subsample_seed
     from bensemble.metrics.binning._classes import _prepare, fit_classes
     from bensemble.metrics.binning._fit import DEFAULT_LLOYD_RTOL
 
     bins, keep = 200, list(range(0, 1000, 10))
     p, _ = members("imagenet-like", 50_000, 1000, keep=keep)
     x32 = torch.stack([_prepare(p[:, :, k].T, bins, 0, None, 1e-4)[1].float() for k in range(8)])
-    rows = _sorted.SortedRows.build(x32)
-    steps, full_step = [], _sorted_seed._full_step
-    _sorted_seed._full_step = lambda *a: steps.append(1) or full_step(*a)
 
     def gens():
         return [torch.Generator().manual_seed(0) for _ in range(8)]
 
-    t_sorted, _ = _cpu(lambda: _sorted_seed.seed(x32, rows, bins, gens()))  # runs twice
-    _sorted_seed._full_step = full_step
+    tols = [0.0] * 8
+    t_sampled, _ = _cpu(lambda: _subsample_seed.seed(x32, bins, gens(), tols))
     t_dense, _ = _cpu(
         lambda: [_kmeans_plusplus(x, bins, torch.Generator().manual_seed(0)) for x in x32]
     )
     print(
-        f"seeding 8 classes: sorted rows {t_sorted:.2f} s ({len(steps) // 2} of {bins - 1} steps "
-        f"full), dense {t_dense:.2f} s"
+        f"seeding 8 classes: sampled ({_subsample_seed.INIT_ROWS} rows, weighted k-means++ and "
+        f"Lloyd on the sample) {t_sampled:.2f} s, dense k-means++ on every row {t_dense:.2f} s"
     )
     options = dict(subsample=None, refine=0, max_iter=300, tol=1e-4, coreset=None)
     for size in (1 << 20, 1 << 22):

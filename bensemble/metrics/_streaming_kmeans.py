@@ -83,8 +83,8 @@ class _ClassFit:
 def _fit_group(fits: list[_ClassFit], rtol: float, workers: int) -> None:
     """Fit the classes of one seed: the plain ones grouped by ``(rows, bins)`` in chunks of the
     in-memory classwise fit's size (``binning._classes._chunk_size``), each chunk through that
-    fit's own kernel (:func:`~bensemble.metrics.binning._classes.fit_group`: sorted-row seeding
-    and Lloyd) on single-threaded workers
+    fit's own kernel (:func:`~bensemble.metrics.binning._classes.fit_group`: sampled seeding
+    and sorted-row Lloyd) on single-threaded workers
     (:func:`~bensemble.metrics.binning._threads.map_classes`); the others alone. Every class gets
     the centroids of its fit run alone, bit for bit."""
     shapes: dict[tuple[int, int], list[_ClassFit]] = {}

@@ -21,7 +21,7 @@ import torch
 from bensemble.metrics.binning._lloyd import _within
 from bensemble.metrics.binning._nearest import _chunk_rows
 
-__all__ = ["_seed_batch", "_lloyd_batch"]
+__all__ = ["_seed_batch", "_lloyd_batch", "seed_draws"]
 
 _F64 = torch.float64
 
@@ -57,23 +57,31 @@ def _candidate_dist(x, x_t, x_sq, rows, closest):
     return torch.minimum(d, closest[:, None, :], out=d)
 
 
+def seed_draws(
+    gens: list[torch.Generator], n: int, n_clusters: int, n_trials: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The random numbers of a greedy k-means++ seeding of ``n`` rows, per class from its own
+    generator in the per-class seeding's order (:func:`~._lloyd._kmeans_plusplus`): the first
+    centre ``[C]`` and the uniform draws of every later step ``[C, M - 1, T]`` (float64)."""
+    first = torch.cat([torch.randint(n, (1,), generator=g) for g in gens]).to(device)
+    draws = torch.stack(
+        [torch.rand((n_clusters - 1) * n_trials, generator=g, dtype=_F64) for g in gens]
+    ).view(len(gens), n_clusters - 1, n_trials)
+    return first, draws.to(device)
+
+
 def _seed_batch(x: torch.Tensor, n_clusters: int, gens: list[torch.Generator]):
     """Greedy k-means++ for every class of ``x [C, n, H]`` (float32). Returns the ``[C, M]`` row
     indices and a ``[C]`` mask of the classes whose seeding ran out of distinct rows (those must
     be refitted alone)."""
     n_cls, n, _ = x.shape
     n_trials = 2 + int(math.log(n_clusters))
-    # Each class's generator draws what the per-class seeding draws, in the same order.
-    first = torch.cat([torch.randint(n, (1,), generator=g) for g in gens])
-    draws = torch.stack(
-        [torch.rand((n_clusters - 1) * n_trials, generator=g, dtype=_F64) for g in gens]
-    ).view(n_cls, n_clusters - 1, n_trials)
-    draws = draws.to(x.device)
+    first, draws = seed_draws(gens, n, n_clusters, n_trials, x.device)
     x_sq = (x * x).sum(2)
     x_t = x.transpose(1, 2).contiguous()
     every = torch.arange(n_cls, device=x.device)
     chosen = torch.empty(n_cls, n_clusters, dtype=torch.int64, device=x.device)
-    chosen[:, 0] = first.to(x.device)
+    chosen[:, 0] = first
     closest = torch.full((n_cls, n), math.inf, dtype=x.dtype, device=x.device)
     closest = _candidate_dist(x, x_t, x_sq, chosen[:, :1], closest)[:, 0]
     exhausted = torch.zeros(n_cls, dtype=torch.bool, device=x.device)

@@ -1,19 +1,22 @@
 """The classwise EECE's ``K`` per-class ``"torch"`` K-means fits, run together.
 
-Every class gets the fit :func:`bensemble.metrics.binning._fit._fit` would give it alone (same
-seed, same draws, same stopping rule; ``tests/metrics/binning/test_classes.py``); what changes is
-how the work is laid out:
+Every class gets the fit :func:`bensemble.metrics.binning._fit._fit` gives it alone with the
+same options (``tests/metrics/binning/test_classes.py``); what changes is how the work is laid
+out:
 
 * **Chunks of classes on single-threaded workers** (:func:`~._threads.map_classes`): no
   intra-op barriers, all cores busy.
-* **Seeding** (greedy k-means++) per class, or batched over the chunk for small classes
-  (:func:`~._batched._seed_batch`, bit-identical): it is the same arithmetic either way; batching
-  only saves per-op costs, which matter below ~10,000 rows.
-* **Lloyd** - with the classwise stopping rule (``lloyd_rtol > 0``, the default), one Lloyd over
-  all classes of a chunk on projection-sorted rows (:mod:`~._sorted`): each step scores a block
-  of rows only against the few centroids whose projection can be nearest, exactly, and updates
-  the cluster sums from the rows that moved. With ``lloyd_rtol=0`` (the exact fit) the dense
-  kernels run, bit-identical to the per-class loop of binary EECEs.
+* **Seeding** - with the classwise rule (``lloyd_rtol > 0``, the default) weighted greedy
+  k-means++ and a few weighted Lloyd steps on a stratified 4,096-row sample of each class
+  (:mod:`~._subsample_seed`, batched over the chunk, each class from its own generator); with
+  ``lloyd_rtol=0`` (the exact fit) greedy k-means++ on every row, per class or batched for small
+  classes (:func:`~._batched._seed_batch`, bit-identical to the per-class seeding).
+* **Lloyd** - with ``lloyd_rtol > 0``, one Lloyd over all classes of a chunk on
+  projection-sorted rows (:mod:`~._sorted`): each step scores a block of rows only against the
+  few centroids whose projection can be nearest, exactly, and updates the cluster sums from the
+  rows that moved; it stops per class once a step lowers the inertia by at most ``lloyd_rtol``
+  of it. With ``lloyd_rtol=0`` the dense kernels run, bit-identical to the per-class loop of
+  binary EECEs.
 * **Closed form**: a class with no more distinct member vectors than bins (e.g. all but a few
   rows equal) gets every distinct row as its own centroid - the exact optimum, no iterations.
 
@@ -28,7 +31,7 @@ from typing import Any
 
 import torch
 
-from bensemble.metrics.binning import _coreset, _sorted, _sorted_seed
+from bensemble.metrics.binning import _coreset, _sorted, _subsample_seed
 from bensemble.metrics.binning._batched import _lloyd_batch, _seed_batch
 from bensemble.metrics.binning._lloyd import _kmeans_plusplus, _lloyd
 from bensemble.metrics.binning._nearest import _assign, _n_distinct_at_least, _refine
@@ -48,9 +51,6 @@ MAX_BATCH_SCORES = 1 << 21
 MAX_CHUNK_ELEMENTS = 1 << 22
 #: Most classes in one chunk.
 MAX_CHUNK_CLASSES = 32
-#: Classes whose member vectors have at most this share of their spread off the diagonal are
-#: seeded on sorted rows (:func:`~._sorted_seed.seed`, exact); the others with the dense kernels.
-PRUNE_OFF_DIAGONAL = 0.1
 
 
 def _prepare(x: torch.Tensor, n_bins: int, seed: int, subsample: int | None, tol: float):
@@ -69,10 +69,11 @@ def _prepare(x: torch.Tensor, n_bins: int, seed: int, subsample: int | None, tol
     return g, x_fit, n_clusters, plain, tol_abs
 
 
-def _final_bins(xs: list[torch.Tensor], fits) -> list[torch.Tensor]:
-    """Nearest (float64) kept centroid of every row of each class, all classes at once on sorted
-    rows (:func:`~._sorted.nearest`, exact; the float32 labels give the bounds); what
-    :func:`_finish` assigns densely otherwise. Clusters that ended empty are dropped first."""
+def _final_bins(xs: list[torch.Tensor], fits, order: torch.Tensor) -> list[torch.Tensor]:
+    """Nearest (float64) kept centroid of every row of each class, all classes at once on rows
+    in the fit's ``order`` (:func:`~._sorted.nearest`, exact; the float32 labels give the
+    bounds); what :func:`_finish` assigns densely otherwise. Clusters that ended empty are
+    dropped first."""
     kept, guesses = [], []
     for (c32, labels, *_), _x in zip(fits, xs, strict=True):
         counts = torch.bincount(labels, minlength=c32.shape[0])
@@ -85,13 +86,13 @@ def _final_bins(xs: list[torch.Tensor], fits) -> list[torch.Tensor]:
     for i, c in enumerate(kept):
         cent[i, : c.shape[0]] = c
     x64 = torch.stack([x.to(_F64) for x in xs])
-    rows = _sorted.SortedRows.build(x64)
+    rows = _sorted.SortedRows.build(x64, order=order)
     guess = torch.stack(guesses)  # original order
     pad = rows.x.shape[1] - rows.n
     guess = guess.gather(1, rows.order)
     if pad:
         guess = torch.cat([guess, guess[:, -1:].expand(-1, pad)], dim=1)
-    near = cent.gather(1, guess[:, :, None].expand(-1, -1, cent.shape[2]))
+    near = _sorted.rows_at(cent, guess)
     upper = (rows.x - near).pow_(2).sum(2).sqrt_()
     labels, _ = _sorted.nearest(rows, cent, upper, guess)
     return [rows.unsort(labels[i], i) for i in range(len(xs))]
@@ -136,6 +137,7 @@ def fit_group(
     max_iter: int,
     tols: list[float],
     lloyd_rtol: float,
+    orders: list[torch.Tensor] | None = None,
 ) -> list[tuple[torch.Tensor, torch.Tensor | None, int, bool, bool]]:
     """Greedy k-means++ then Lloyd for classes of equal shape ``[n, H]`` (float64 rows).
 
@@ -143,47 +145,32 @@ def fit_group(
     exhausted)``; ``exhausted`` marks a seeding that ran out of distinct rows (the caller refits
     that class alone). With ``lloyd_rtol > 0`` Lloyd runs on sorted rows for all classes at once
     (exact per step, :mod:`._sorted`); with ``0`` the dense kernels run (bit-identical to the
-    per-class loop).
+    per-class loop). ``orders``: receives the ``[C, n]`` sorted-row order of the Lloyd fit.
     """
     x32 = torch.stack([x.to(_F32) for x in xs])
     n_cls, n, _ = x32.shape
+    if lloyd_rtol > 0:
+        # the classwise fit: k-means++ on a subsample of each class, Lloyd on sorted rows
+        start, flags = _subsample_seed.seed(x32, n_clusters, gens, tols)
+        rows = _sorted.SortedRows.build(x32)
+        if orders is not None:
+            orders.append(rows.order)
+        fits = _sorted.fit(x32, start, max_iter, tols, lloyd_rtol, rows=rows)
+        return [(*fit, bool(ex)) for fit, ex in zip(fits, flags.tolist(), strict=True)]
     batched = n_cls > 1 and n_cls * n * n_clusters <= MAX_BATCH_SCORES
-    rows = _sorted.SortedRows.build(x32) if lloyd_rtol > 0 else None
-    chosen = torch.empty(n_cls, n_clusters, dtype=torch.int64, device=x32.device)
-    exhausted = [False] * n_cls
-    # the classwise rule: greedy k-means++ on sorted rows where the members agree (exact, the
-    # same draws and choices); the dense kernels elsewhere, and for the exact fit
-    pruned = (
-        (_sorted_seed.off_diagonal(x32, rows) <= PRUNE_OFF_DIAGONAL).tolist()
-        if rows
-        else [False] * n_cls
-    )
-    take = [i for i in range(n_cls) if pruned[i]]
-    if take:
-        index = torch.tensor(take, device=x32.device)
-        sub, flags = _sorted_seed.seed(
-            x32[index], rows.select(index), n_clusters, [gens[i] for i in take]
-        )
-        chosen[index] = sub
-        for i, flag in zip(take, flags.tolist(), strict=True):
-            exhausted[i] = flag
-    rest = [i for i in range(n_cls) if not pruned[i]]
-    if rest and batched:
-        index = torch.tensor(rest, device=x32.device)
-        sub, flags = _seed_batch(x32[index], n_clusters, [gens[i] for i in rest])
-        chosen[index] = sub
-        for i, flag in zip(rest, flags.tolist(), strict=True):
-            exhausted[i] = flag
+    if batched:
+        chosen, flags = _seed_batch(x32, n_clusters, gens)
+        exhausted = flags.tolist()
     else:
-        for i in rest:
+        chosen = torch.empty(n_cls, n_clusters, dtype=torch.int64, device=x32.device)
+        exhausted = [False] * n_cls
+        for i in range(n_cls):
             picked = _kmeans_plusplus(x32[i], n_clusters, gens[i])
             exhausted[i] = picked.numel() < n_clusters
             chosen[i] = picked if not exhausted[i] else picked[:1].expand(n_clusters)
     every = torch.arange(n_cls, device=x32.device)[:, None]
     start = x32[every, chosen].clone()
-    if lloyd_rtol > 0:
-        fits = _sorted.fit(x32, start, max_iter, tols, lloyd_rtol, rows=rows)
-    elif batched:
+    if batched:
         fits = _lloyd_batch(x32, start, max_iter, tols)
     else:
         fits = [_lloyd(x, c, max_iter, t) for x, c, t in zip(x32, start, tols, strict=True)]
@@ -268,6 +255,7 @@ def fit_classes(
             else:
                 results[k] = fallback(k)
         for (_, n_clusters), group in shapes.items():
+            orders: list[torch.Tensor] = []
             fits = fit_group(
                 [prepared[k][1] for k in group],
                 [prepared[k][0] for k in group],
@@ -275,12 +263,14 @@ def fit_classes(
                 max_iter,
                 [prepared[k][4] for k in group],
                 lloyd_rtol,
+                orders,
             )
             done = [i for i, fit in enumerate(fits) if not fit[-1]]
             bins = {}
             if lloyd_rtol > 0 and not subsampled and done:
                 # the final float64 assignment of the whole group on sorted rows (exact)
-                ids = _final_bins([xs[group[i]] for i in done], [fits[i] for i in done])
+                order = orders[0][torch.tensor(done)]
+                ids = _final_bins([xs[group[i]] for i in done], [fits[i] for i in done], order)
                 bins = {group[i]: b for i, b in zip(done, ids, strict=True)}
             for k, (*fitted, exhausted) in zip(group, fits, strict=True):
                 if exhausted:

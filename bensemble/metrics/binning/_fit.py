@@ -253,9 +253,11 @@ def fit_bins(
             weighted coreset of this many rows, then Lloyd steps over every row until one
             improves the inertia by less than 0.1% (:mod:`bensemble.metrics.binning._coreset`;
             opt-in). ``None`` (default): the exact fit.
-        lloyd_rtol: ``"torch"`` backend only: also stop Lloyd when a step lowers the inertia by
-            at most this fraction of it (``3e-4`` is the classwise EECE's default,
-            :data:`DEFAULT_LLOYD_RTOL`); ``0`` (default): the exact fit.
+        lloyd_rtol: ``"torch"`` backend only: the classwise EECE's fast fit - seeds from a
+            stratified sample of the rows, Lloyd on projection-sorted rows stopped when a step
+            lowers the inertia by at most this fraction of it (``3e-4`` is the classwise EECE's
+            default, :data:`DEFAULT_LLOYD_RTOL`; :mod:`bensemble.metrics.binning`); ``0``
+            (default): the exact fit.
 
     Returns:
         ``[M', H]`` float64 centroids, ``M' <= min(n_bins, distinct rows)``.

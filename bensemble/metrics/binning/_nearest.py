@@ -78,10 +78,12 @@ def _n_distinct_at_least(x: torch.Tensor, n: int) -> int:
     """``min(n, number of distinct rows)``, cheaply when there are plenty of distinct rows.
 
     Identical rows share a random projection, so at least as many distinct projections as ``n``
-    proves ``n`` distinct rows; only otherwise do we pay for the exact row-wise unique.
+    proves ``n`` distinct rows (tried on the first ``4 n`` rows first: a sort of those instead of
+    all); only otherwise do we pay for the exact row-wise unique.
     """
     g = torch.Generator().manual_seed(0)
     direction = torch.rand(x.shape[1], generator=g, dtype=x.dtype).to(x.device) + 0.5
-    if int(torch.unique(x @ direction).numel()) >= n:
+    proj = x @ direction
+    if int(torch.unique(proj[: 4 * n]).numel()) >= n or int(torch.unique(proj).numel()) >= n:
         return n
     return min(n, int(torch.unique(x, dim=0).shape[0]))

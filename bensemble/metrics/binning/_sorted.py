@@ -24,8 +24,8 @@ within rounding. Ties go to the lower centroid index for identical centroids (a 
 :func:`lloyd` runs Lloyd iterations for all groups at once with the stopping rules of
 :func:`bensemble.metrics.binning._lloyd._lloyd`; each step's upper bound is the previous distance
 plus the move of the row's centroid (triangle inequality), and the per-cluster sums are updated
-in float64 from the rows that changed cluster only. The greedy k-means++ seeding on the same
-sorted rows is :mod:`~bensemble.metrics.binning._sorted_seed`.
+in float64 from the rows that changed cluster only. The classwise path's seeds come from
+:mod:`~bensemble.metrics.binning._subsample_seed`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,16 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["BLOCK", "WIDTHS", "SortedRows", "fit", "lloyd", "nearest", "nearest_from_scratch"]
+__all__ = [
+    "BLOCK",
+    "WIDTHS",
+    "SortedRows",
+    "fit",
+    "lloyd",
+    "nearest",
+    "nearest_from_scratch",
+    "rows_at",
+]
 
 _F64 = torch.float64
 #: Rows per block (a block is scored against one window of centroids).
@@ -65,16 +74,23 @@ class SortedRows:
     n: int
 
     @classmethod
-    def build(cls, x: torch.Tensor, block: int = BLOCK) -> SortedRows:
-        """Sort ``x [C, N, H]`` (any float dtype) by projection and pad to blocks."""
+    def build(
+        cls, x: torch.Tensor, block: int = BLOCK, order: torch.Tensor | None = None
+    ) -> SortedRows:
+        """Sort ``x [C, N, H]`` (any float dtype) by projection and pad to blocks. ``order``:
+        a ``[C, N]`` row order to use instead of sorting (e.g. the float32 rows' order for the
+        float64 rows: nearly sorted is enough, the windows are bounded per block)."""
         groups, n, width = x.shape
-        proj, order = torch.sort(_project(x), dim=1, stable=True)
-        rows = x.gather(1, order[:, :, None].expand(-1, -1, width))
+        if order is None:
+            proj, order = torch.sort(_project(x), dim=1, stable=True)
+        else:
+            proj = _project(x).gather(1, order)
         pad = -n % block
-        if pad:
-            rows = torch.cat([rows, rows[:, -1:].expand(-1, pad, -1)], dim=1)
+        padded = order
+        if pad:  # padding rows repeat the last sorted row (one gather, no second copy)
+            padded = torch.cat([order, order[:, -1:].expand(-1, pad)], dim=1)
             proj = torch.cat([proj, proj[:, -1:].expand(-1, pad)], dim=1)
-        rows = rows.contiguous()
+        rows = rows_at(x, padded)
         return cls(rows, proj.contiguous(), (rows * rows).sum(2), order, n)
 
     @property
@@ -92,6 +108,16 @@ class SortedRows:
         """``[R]`` values of group ``group`` per sorted position -> ``[N]`` per original row."""
         out = torch.empty(self.n, dtype=values.dtype, device=values.device)
         return out.scatter_(0, self.order[group], values[: self.n])
+
+
+def rows_at(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``x[c, index[c, r]]`` as ``[C, R, H]`` for ``x [C, M, H]``, ``index [C, R]``: one
+    ``index_select`` on the flattened rows (what ``x.gather(1, index[..., None].expand(...))``
+    gives, 4-5x faster on the CPU)."""
+    groups, m, width = x.shape
+    base = (torch.arange(groups, device=x.device) * m)[:, None]
+    flat = x.reshape(groups * m, width).index_select(0, (index + base).view(-1))
+    return flat.view(groups, index.shape[1], width)
 
 
 def _project(x: torch.Tensor) -> torch.Tensor:
@@ -216,7 +242,7 @@ def nearest_from_scratch(
     below = (at - 1).clamp_(min=0)
     closer = (rows.proj - cproj.gather(1, below)).abs() <= (cproj.gather(1, at) - rows.proj).abs()
     guess = torch.where(closer, below, at)
-    c = cs.gather(1, guess[:, :, None].expand(-1, -1, rows.x.shape[2]))
+    c = rows_at(cs, guess)
     upper = (rows.x - c).pow_(2).sum(2).sqrt_()
     return nearest(rows, centroids, upper, corder.gather(1, guess))
 

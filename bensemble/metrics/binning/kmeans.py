@@ -72,8 +72,9 @@ class KMeansBinning(Binning):
         batch_size: mini-batch size of the ``"minibatch"`` backend (``>= 8192``).
         coreset: ``"torch"`` only, opt-in: fit on a weighted coreset of this many rows when there
             are more than twice as many, then Lloyd over all rows.
-        lloyd_rtol: ``"torch"`` only: also stop Lloyd once a step lowers the within-cluster sum of
-            squares by at most this fraction of it. ``None``: ``3e-4`` for "classwise" (its fast
+        lloyd_rtol: ``"torch"`` only, the classwise fast fit: seed on a stratified sample of
+            the rows and stop Lloyd once a step lowers the within-cluster sum of squares by at
+            most this fraction of it. ``None``: ``3e-4`` for "classwise" (its fast
             path, see :mod:`bensemble.metrics.binning`), ``0`` (the exact fit) otherwise.
 
     Example:

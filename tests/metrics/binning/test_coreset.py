@@ -1,7 +1,7 @@
-"""The classwise EECE's cheaper fits: its default Lloyd stopping rule (``lloyd_rtol``) within 1%
-of the exact fit's inertia, and the opt-in coreset fit (bensemble.metrics.binning._coreset): close
-in inertia, identical between the batched classwise path and ``_fit``; the exact fit still
-available (``lloyd_rtol=0``, ``coreset=None``)."""
+"""The classwise EECE's cheaper fits: its default fit (sampled seeding, ``lloyd_rtol``) within
++1% (mean) / +5% (worst class) of the exact fit's inertia, and the opt-in coreset fit
+(bensemble.metrics.binning._coreset): close in inertia, identical between the batched classwise
+path and ``_fit``; the exact fit still available (``lloyd_rtol=0``, ``coreset=None``)."""
 
 from __future__ import annotations
 
@@ -74,18 +74,27 @@ def test_coreset_applies_above_twice_its_size_only():
 
 
 @pytest.mark.parametrize("n_classes", [10, 100, 1000])
-def test_classwise_default_rule_is_within_one_percent_of_the_exact_fit(n_classes):
-    # 4 seeded classes of 10,000 one-vs-rest member vectors, 20 bins: the same seeding as the
-    # exact fit, Lloyd stopped once a step improves the inertia by <= 3e-4 of it. Measured worst
-    # class +0.9% (benchmarks/results.md, bench_eece_classwise: +0.5-0.75% at 50,000 rows).
-    xs = _one_vs_rest(n_classes, 4, 10_000)
+def test_classwise_fit_inertia_is_within_the_bounds_of_the_exact_fit(n_classes):
+    # 8 seeded classes of 10,000 one-vs-rest member vectors, 20 bins: the classwise fit (weighted
+    # k-means++ on a stratified 4,096-row sample, Lloyd over every row stopped once a step
+    # improves the inertia by <= 3e-4 of it) against the exact per-class fit (k-means++ on every
+    # row, Lloyd to convergence), whose inertia is averaged over seeds 3-6 per class: one seed
+    # alone is a noisy reference (at K = 1000 seed 5 is +1.9% over seed 3 on average, +5.9% on a
+    # class). The lead's bounds: mean ratio <= +1%, worst class <= +5%. Seeding on a 40-row
+    # sample (2 rows per bin) or a uniform 512-row sample fails it.
+    xs = _one_vs_rest(n_classes, 8, 10_000)
     with single_threaded():
-        exact = [_fit_class(x, 20, 3, None) for x in xs]
+        exact = [[_fit_class(x, 20, s, None) for s in (3, 4, 5, 6)] for x in xs]
         fast = [_fit_class(x, 20, 3, None, DEFAULT_LLOYD_RTOL) for x in xs]
-    for x, (e, _, info_e), (f, _, info_f) in zip(xs, exact, fast, strict=True):
-        assert _within(x, f) <= 1.01 * _within(x, e)
-        assert info_f["n_iter"] <= info_e["n_iter"]
-    assert sum(i["n_iter"] for _, _, i in fast) < sum(i["n_iter"] for _, _, i in exact)
+    ratios = [
+        _within(x, f[0]) / (sum(_within(x, e[0]) for e in es) / len(es))
+        for x, es, f in zip(xs, exact, fast, strict=True)
+    ]
+    assert sum(ratios) / len(ratios) <= 1.01
+    assert max(ratios) <= 1.05
+    for es, (_, _, info_f) in zip(exact, fast, strict=True):
+        assert info_f["n_iter"] <= es[0][2]["n_iter"]
+    assert sum(i["n_iter"] for _, _, i in fast) < sum(es[0][2]["n_iter"] for es in exact)
 
 
 def test_coreset_inertia_is_close_to_the_exact_fit():

@@ -1,15 +1,12 @@
 """Projection-sorted K-means kernels (bensemble.metrics.binning._sorted) against the dense ones:
-the same nearest centroids, Lloyd steps and k-means++ seeds."""
+the same nearest centroids and Lloyd steps."""
 
 from __future__ import annotations
-
-import math
 
 import pytest
 import torch
 
 from bensemble.metrics.binning import _sorted as S
-from bensemble.metrics.binning import _sorted_seed as SS
 from bensemble.metrics.binning._lloyd import _kmeans_plusplus, _lloyd
 from bensemble.metrics.binning._nearest import _assign
 
@@ -91,66 +88,8 @@ def test_lloyd_stops_each_group_on_its_own():
     assert all(f[2] == 2 and not f[3] for f in capped)
 
 
-@pytest.mark.parametrize("make", DATA)
-def test_seeding_draws_and_chooses_what_the_dense_seeding_does(make):
-    x = make().to(torch.float32)
-    rows = S.SortedRows.build(x)
-    gens = [torch.Generator().manual_seed(5) for _ in range(x.shape[0])]
-    chosen, exhausted = SS.seed(x, rows, 30, gens)
-    assert not exhausted.any()
-    for i in range(x.shape[0]):
-        assert torch.equal(chosen[i], _kmeans_plusplus(x[i], 30, torch.Generator().manual_seed(5)))
-
-
-@pytest.mark.parametrize("dense_after", [0, 2])
-def test_seeding_that_turns_dense_chooses_what_the_dense_seeding_does(monkeypatch, dense_after):
-    # DENSE_AFTER full steps in a row switch the rest of the seeding to full steps (0: from the
-    # start); the draws and choices stay the dense seeding's
-    monkeypatch.setattr(SS, "DENSE_AFTER", dense_after)
-    calls = []
-    full_step = SS._full_step
-    monkeypatch.setattr(SS, "_full_step", lambda *a: calls.append(1) or full_step(*a))
+def test_rows_at_is_the_expanded_gather():
     x = _confident().to(torch.float32)
-    rows = S.SortedRows.build(x)
-    chosen, exhausted = SS.seed(x, rows, 30, [torch.Generator().manual_seed(5) for _ in range(4)])
-    assert not exhausted.any()
-    if dense_after == 0:
-        assert len(calls) == 29  # every step after the first centre
-    for i in range(x.shape[0]):
-        assert torch.equal(chosen[i], _kmeans_plusplus(x[i], 30, torch.Generator().manual_seed(5)))
-
-
-def test_seeding_reports_groups_out_of_distinct_rows():
-    x = _confident(classes=2, h=5).to(torch.float32)
-    # 4 distinct rows of exactly representable values: their distances are exactly 0
-    base = 0.5 + 0.125 * torch.arange(20, dtype=torch.float32).view(4, 5) / 20
-    x[1] = base.repeat(x.shape[1] // 4, 1)
-    rows = S.SortedRows.build(x)
-    chosen, exhausted = SS.seed(x, rows, 10, [torch.Generator().manual_seed(0) for _ in range(2)])
-    assert exhausted.tolist() == [False, True]
-    assert _kmeans_plusplus(x[1], 10, torch.Generator().manual_seed(0)).numel() == 4  # dense too
-    assert torch.equal(chosen[0], _kmeans_plusplus(x[0], 10, torch.Generator().manual_seed(0)))
-
-
-def test_draws_follow_the_running_sum():
-    g = torch.Generator().manual_seed(0)
-    closest = torch.rand(3, 4 * SS.DRAW_BLOCK, generator=g)
-    closest[:, ::7] = 0.0
-    blocks = closest.view(3, 4, SS.DRAW_BLOCK)
-    u = torch.rand(3, 50, generator=g, dtype=F64) * closest.sum(1, dtype=F64)[:, None]
-    got, total = SS._draw(blocks, blocks.sum(2, dtype=F64), u)
-    want = torch.searchsorted(torch.cumsum(closest, 1, dtype=F64), u, right=True)
-    assert torch.equal(got, want)
-    torch.testing.assert_close(total, closest.sum(1, dtype=F64))
-
-
-def test_off_diagonal_share():
-    x = torch.stack([_broad(classes=1)[0], _confident(classes=1)[0][:2000, :5]]).to(torch.float32)
-    rows = S.SortedRows.build(x)
-    got = SS.off_diagonal(x, rows)
-    for i in range(2):
-        xc = x[i].to(F64) - x[i].to(F64).mean(0)
-        direct = 1 - float((xc.sum(1) ** 2).sum() / x.shape[2]) / float((xc**2).sum())
-        assert float(got[i]) == pytest.approx(direct, rel=1e-4, abs=1e-6)
-    assert float(got[0]) > 0.1 > float(got[1])  # the two regimes the classwise path tells apart
-    assert math.isfinite(float(got[0]))
+    index = torch.randint(x.shape[1], (x.shape[0], 50), generator=torch.Generator().manual_seed(0))
+    want = x.gather(1, index[:, :, None].expand(-1, -1, x.shape[2]))
+    assert torch.equal(S.rows_at(x, index), want)
