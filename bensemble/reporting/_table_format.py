@@ -68,9 +68,14 @@ def format_value(value: Any, digits: int = 4) -> str:
 
 
 def table_columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The union of the rows' keys, in first-seen order."""
+    """The union of the rows' keys, in first-seen order.
+
+    Example:
+        >>> table_columns([{"method": "a", "ece": 0.1}, {"method": "b", "nll": 0.3}])
+        ['method', 'ece', 'nll']
+    """
     columns: dict[str, None] = {}
-    for row in rows:
+    for row in check_rows(rows, "table_columns"):
         for key in row:
             columns.setdefault(str(key), None)
     return list(columns)

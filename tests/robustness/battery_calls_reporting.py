@@ -207,6 +207,14 @@ REPORTING_CASES: list[CallCase] = [
         ],
     ),
     CallCase(
+        "table_columns",
+        lambda: reporting.table_columns(ROWS),
+        [
+            (lambda: reporting.table_columns(5), "rows"),
+            (lambda: reporting.table_columns([5]), "rows"),
+        ],
+    ),
+    CallCase(
         "markdown_table",
         lambda: reporting.markdown_table(ROWS, ["method", "ece"]),
         [

@@ -42,6 +42,8 @@ DECLARED: dict[str, str] = {
     "REGRESSION_SCORES": "a tuple of option names (the `score` options of SplitConformalRegressor)",
     "SPREADS": "a tuple of option names (the `spread` options of SplitConformalRegressor)",
     "SUPPORTED_EXTENSIONS": "a tuple of file extensions read by bensemble.io",
+    "STATUSES": "a tuple of option names (the `status` options of a report.html Verdict)",
+    "STATUS_LABELS": "a dict of display words (status -> label on report.html's cards)",
     "Predictor": _PROTOCOL,
     "KLProvider": _PROTOCOL,
     "PosteriorSource": _PROTOCOL,
