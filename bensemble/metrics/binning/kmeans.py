@@ -272,7 +272,7 @@ class KMeansBinning(Binning):
 class _ClassVectors:
     """``k -> [N, M]`` member vectors of class ``k``; ``block(a, b)`` copies the classes
     ``a .. b - 1`` at once as a contiguous ``[b - a, N, M]`` (one pass over the strided input
-    instead of one per class)."""
+    instead of one per class, then one over the compact copy)."""
 
     def __init__(self, columns: MemberColumns) -> None:
         self.columns = columns
