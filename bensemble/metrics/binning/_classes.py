@@ -69,24 +69,26 @@ def _prepare(x: torch.Tensor, n_bins: int, seed: int, subsample: int | None, tol
     return g, x_fit, n_clusters, plain, tol_abs
 
 
-def _final_bins(xs: list[torch.Tensor], fits, order: torch.Tensor) -> list[torch.Tensor]:
+def _final_bins(
+    source: torch.Tensor, which: torch.Tensor, fits, order: torch.Tensor
+) -> list[torch.Tensor]:
     """Nearest (float64) kept centroid of every row of each class, all classes at once on rows
     in the fit's ``order`` (:func:`~._sorted.nearest`, exact; the float32 labels give the
     bounds); what :func:`_finish` assigns densely otherwise. Clusters that ended empty are
-    dropped first."""
+    dropped first. ``source [S, N, H]`` float64 rows of the chunk's classes, ``which [C]`` the
+    positions of the fitted classes in it (their rows are gathered sorted straight from it)."""
     kept, guesses = [], []
-    for (c32, labels, *_), _x in zip(fits, xs, strict=True):
+    for c32, labels, *_ in fits:
         counts = torch.bincount(labels, minlength=c32.shape[0])
         keep = counts > 0
         kept.append(c32.to(_F64)[keep])
         guesses.append((torch.cumsum(keep, 0) - 1)[labels])
     width = max(c.shape[0] for c in kept)
     far = 1e6  # padding centroids that are never nearest
-    cent = torch.full((len(xs), width, xs[0].shape[1]), far, dtype=_F64, device=xs[0].device)
+    cent = torch.full((len(fits), width, source.shape[2]), far, dtype=_F64, device=source.device)
     for i, c in enumerate(kept):
         cent[i, : c.shape[0]] = c
-    x64 = torch.stack([x.to(_F64) for x in xs])
-    rows = _sorted.SortedRows.build(x64, order=order)
+    rows = _sorted.SortedRows.build(source.to(_F64), order=order, groups=which)
     guess = torch.stack(guesses)  # original order
     pad = rows.x.shape[1] - rows.n
     guess = guess.gather(1, rows.order)
@@ -95,7 +97,7 @@ def _final_bins(xs: list[torch.Tensor], fits, order: torch.Tensor) -> list[torch
     near = _sorted.rows_at(cent, guess)
     upper = (rows.x - near).pow_(2).sum(2).sqrt_()
     labels, _ = _sorted.nearest(rows, cent, upper, guess)
-    return [rows.unsort(labels[i], i) for i in range(len(xs))]
+    return [rows.unsort(labels[i], i) for i in range(len(fits))]
 
 
 def _finish(x, x_fit, fitted, settings, refine, ids=None):
@@ -235,6 +237,7 @@ def fit_classes(
     def run_chunk(j: int) -> list[tuple[torch.Tensor, torch.Tensor, dict[str, Any]]]:
         classes = range(starts[j], min(starts[j] + size, n_classes))
         block = getattr(vectors, "block", None)  # one strided copy for the chunk, if offered
+        stack = None
         if block is not None:
             stack = block(classes.start, classes.stop)
             xs = {k: stack[k - classes.start] for k in classes}
@@ -270,7 +273,13 @@ def fit_classes(
             if lloyd_rtol > 0 and not subsampled and done:
                 # the final float64 assignment of the whole group on sorted rows (exact)
                 order = orders[0][torch.tensor(done)]
-                ids = _final_bins([xs[group[i]] for i in done], [fits[i] for i in done], order)
+                if stack is not None:  # the chunk's rows, no copy of the group's first
+                    source = stack
+                    which = torch.tensor([group[i] - classes.start for i in done])
+                else:
+                    source = torch.stack([xs[group[i]].to(_F64) for i in done])
+                    which = torch.arange(len(done))
+                ids = _final_bins(source, which, [fits[i] for i in done], order)
                 bins = {group[i]: b for i, b in zip(done, ids, strict=True)}
             for k, (*fitted, exhausted) in zip(group, fits, strict=True):
                 if exhausted:

@@ -75,22 +75,29 @@ class SortedRows:
 
     @classmethod
     def build(
-        cls, x: torch.Tensor, block: int = BLOCK, order: torch.Tensor | None = None
+        cls,
+        x: torch.Tensor,
+        block: int = BLOCK,
+        order: torch.Tensor | None = None,
+        groups: torch.Tensor | None = None,
     ) -> SortedRows:
         """Sort ``x [C, N, H]`` (any float dtype) by projection and pad to blocks. ``order``:
         a ``[C, N]`` row order to use instead of sorting (e.g. the float32 rows' order for the
-        float64 rows: nearly sorted is enough, the windows are bounded per block)."""
-        groups, n, width = x.shape
+        float64 rows: nearly sorted is enough, the windows are bounded per block). ``groups``:
+        with ``order``, the ``C`` groups of ``x [S, N, H]`` to take (rows gathered straight from
+        ``x``, no copy of the selection first)."""
+        n = x.shape[1]
         if order is None:
             proj, order = torch.sort(_project(x), dim=1, stable=True)
         else:
-            proj = _project(x).gather(1, order)
+            proj = _project(x)
+            proj = (proj if groups is None else proj[groups]).gather(1, order)
         pad = -n % block
         padded = order
         if pad:  # padding rows repeat the last sorted row (one gather, no second copy)
             padded = torch.cat([order, order[:, -1:].expand(-1, pad)], dim=1)
             proj = torch.cat([proj, proj[:, -1:].expand(-1, pad)], dim=1)
-        rows = rows_at(x, padded)
+        rows = rows_at(x, padded, groups)
         return cls(rows, proj.contiguous(), (rows * rows).sum(2), order, n)
 
     @property
@@ -110,14 +117,19 @@ class SortedRows:
         return out.scatter_(0, self.order[group], values[: self.n])
 
 
-def rows_at(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+def rows_at(
+    x: torch.Tensor, index: torch.Tensor, groups: torch.Tensor | None = None
+) -> torch.Tensor:
     """``x[c, index[c, r]]`` as ``[C, R, H]`` for ``x [C, M, H]``, ``index [C, R]``: one
     ``index_select`` on the flattened rows (what ``x.gather(1, index[..., None].expand(...))``
-    gives, 4-5x faster on the CPU)."""
-    groups, m, width = x.shape
-    base = (torch.arange(groups, device=x.device) * m)[:, None]
-    flat = x.reshape(groups * m, width).index_select(0, (index + base).view(-1))
-    return flat.view(groups, index.shape[1], width)
+    gives, 4-5x faster on the CPU). ``groups [C]``: take ``x[groups[c], index[c, r]]`` from
+    ``x [S, M, H]`` instead."""
+    total, m, width = x.shape
+    if groups is None:
+        groups = torch.arange(index.shape[0], device=x.device)
+    base = (groups.to(x.device) * m)[:, None]
+    flat = x.reshape(total * m, width).index_select(0, (index + base).view(-1))
+    return flat.view(index.shape[0], index.shape[1], width)
 
 
 def _project(x: torch.Tensor) -> torch.Tensor:

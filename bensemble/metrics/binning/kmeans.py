@@ -272,7 +272,7 @@ class KMeansBinning(Binning):
 class _ClassVectors:
     """``k -> [N, M]`` member vectors of class ``k``; ``block(a, b)`` copies the classes
     ``a .. b - 1`` at once as a contiguous ``[b - a, N, M]`` (one pass over the strided input
-    instead of one per class)."""
+    instead of one per class, then one over the compact copy)."""
 
     def __init__(self, columns: MemberColumns) -> None:
         self.columns = columns
@@ -281,7 +281,10 @@ class _ClassVectors:
         return self.columns.vectors(k)
 
     def block(self, a: int, b: int) -> torch.Tensor:
-        return self.columns.p[:, :, a:b].permute(2, 1, 0).contiguous()
+        # [H, N, C] -> [N, C, H] -> [C, N, H]: two copies, each reading runs of contiguous
+        # values, beat the one strided permute copy (1.5-2x, 20 classes of [10, 20,000, 200])
+        rows = self.columns.p[:, :, a:b].permute(1, 2, 0).contiguous()
+        return rows.transpose(0, 1).contiguous()
 
 
 def _centroid_sets(centroids: Any, fn: str, name: str = "centroids") -> list[torch.Tensor]:

@@ -171,3 +171,46 @@ def test_chunk_size_bounds_the_chunk_and_feeds_every_worker():
     assert _chunk_size(1000, 10**6, 10, 2) == 1  # huge classes: one at a time
     assert _chunk_size(10, 1000, 10, 2) == 5  # both workers get classes
     assert _chunk_size(3, 10, 5, 1) == 3
+
+
+class _Block:
+    """Member vectors offering ``block(a, b)`` like the EECE's (a contiguous ``[b - a, N, H]``)."""
+
+    def __init__(self, xs):
+        self.xs = xs
+
+    def __call__(self, k):
+        return self.xs[k]
+
+    def block(self, a, b):
+        return torch.stack([x.contiguous() for x in self.xs[a:b]])
+
+
+@pytest.mark.parametrize("max_batch", [3, None])
+def test_final_bins_from_the_chunk_block_equal_the_stacked_group_and_the_dense_assign(max_batch):
+    # classes 1 and 4 have 2 distinct rows (fallback): the sorted group is a strict subset of the
+    # chunk, so the float64 rows are gathered from the block at positions != 0..C-1
+    xs = [x.contiguous() for x in _classes(k=6, n=1500)]
+    for k in (1, 4):
+        xs[k] = xs[k][torch.arange(1500) % 2].clone()
+
+    def run(vectors):
+        def fallback(k):
+            return fit_assign(xs[k], 12, backend="torch", seed=3, fit_options=_options())
+
+        return fit_classes(
+            vectors,
+            len(xs),
+            12,
+            seed=3,
+            fallback=fallback,
+            workers=1,
+            max_batch=max_batch,
+            **_options(subsample=None, lloyd_rtol=3e-4),
+        )
+
+    plain, blocked = run(lambda k: xs[k]), run(_Block(xs))
+    _assert_same(plain, blocked)
+    for x, (ids, centroids, _) in zip(xs, blocked, strict=True):
+        dense = torch.cdist(x, centroids).argmin(1)  # exact nearest on this random data
+        assert torch.equal(ids, dense)

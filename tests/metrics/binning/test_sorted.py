@@ -93,3 +93,16 @@ def test_rows_at_is_the_expanded_gather():
     index = torch.randint(x.shape[1], (x.shape[0], 50), generator=torch.Generator().manual_seed(0))
     want = x.gather(1, index[:, :, None].expand(-1, -1, x.shape[2]))
     assert torch.equal(S.rows_at(x, index), want)
+
+
+def test_rows_at_and_build_take_the_listed_groups_without_a_copy_first():
+    x = _confident(classes=5)
+    groups = torch.tensor([3, 0, 4])
+    index = torch.randint(x.shape[1], (3, 70), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(S.rows_at(x, index, groups), S.rows_at(x[groups], index))
+    order = S.SortedRows.build(x[groups].to(torch.float32)).order
+    want = S.SortedRows.build(x[groups], order=order)
+    got = S.SortedRows.build(x, order=order, groups=groups)
+    for field in ("x", "proj", "sq", "order"):
+        assert torch.equal(getattr(got, field), getattr(want, field)), field
+    assert got.n == want.n
