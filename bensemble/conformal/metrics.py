@@ -74,6 +74,9 @@ def mean_set_size(sets: Any) -> float:
     Args:
         sets: prediction sets, boolean mask ``[N, K]``.
 
+    Returns:
+        ``mean_i |C_i|`` in ``[0, K]`` (smaller sets at the same coverage are more informative).
+
     Example:
         >>> mean_set_size(torch.tensor([[True, False], [True, True]]))
         1.5
@@ -86,7 +89,10 @@ def empty_set_rate(sets: Any) -> float:
     """Fraction of empty sets (possible with randomised APS / RAPS scores).
 
     Args:
-        sets: prediction sets, boolean mask ``[N, K]``.
+        sets: as in :func:`mean_set_size`.
+
+    Returns:
+        ``mean_i 1[C_i is empty]`` in ``[0, 1]``; every empty set is a miss whatever the label.
 
     Example:
         >>> empty_set_rate(torch.tensor([[False, False], [True, True]]))

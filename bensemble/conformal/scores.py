@@ -176,13 +176,9 @@ def raps_scores(
     """RAPS scores: APS plus ``lam * max(0, rank(y) - k_reg)`` with 1-based ranks.
 
     Args:
-        probs: probabilities ``[N, K]`` or member probabilities ``[M, N, K]``.
+        probs, randomized, generator, seed: as in :func:`aps_scores`.
         k_reg: number of top-ranked labels left unpenalised (``>= 0``).
         lam: penalty per rank beyond ``k_reg`` (``>= 0``; the paper's lambda).
-        randomized: as in :func:`aps_scores`.
-        generator: source of the uniforms (its state advances: calls differ).
-        seed: seed of the uniforms when no ``generator`` is given (default 0); ``None``:
-            torch's global random state.
 
     Returns:
         Scores ``[N, K]`` (float64).

@@ -74,6 +74,10 @@ def auroc(scores: Any, is_positive: Any) -> float:
         scores: detection scores ``[N]`` (larger = more likely positive).
         is_positive: 0/1 or bool flags ``[N]`` with at least one positive and one negative.
 
+    Returns:
+        AUROC in ``[0, 1]``: 1 when every positive scores above every negative, 0.5 for a
+        constant score (and in expectation for one unrelated to the flags).
+
     Example:
         >>> auroc(torch.tensor([0.1, 0.4, 0.4, 0.8]), torch.tensor([0, 0, 1, 1]))
         0.875
@@ -93,8 +97,11 @@ def aupr(scores: Any, is_positive: Any) -> float:
     Thresholds are the distinct scores in decreasing order; tied scores form one threshold.
 
     Args:
-        scores: detection scores ``[N]`` (larger = more likely positive).
-        is_positive: 0/1 or bool flags ``[N]`` with at least one positive and one negative.
+        scores, is_positive: as in :func:`auroc`.
+
+    Returns:
+        Average precision in ``(0, 1]``: 1 when every positive scores above every negative, the
+        positive fraction ``P / N`` for a constant score.
 
     Example:
         >>> aupr(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1]))
@@ -114,9 +121,12 @@ def fpr_at_tpr(scores: Any, is_positive: Any, tpr: float = 0.95) -> float:
     interpolation between points.
 
     Args:
-        scores: detection scores ``[N]`` (larger = more likely positive).
-        is_positive: 0/1 or bool flags ``[N]`` with at least one positive and one negative.
+        scores, is_positive: as in :func:`auroc`.
         tpr: target true-positive rate in ``(0, 1]``.
+
+    Returns:
+        ``FP / N_neg`` at the first threshold (in decreasing score order) where ``TP / P >= tpr``,
+        in ``[0, 1]``; lower is better.
 
     Example:
         >>> fpr_at_tpr(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1]), tpr=1.0)
@@ -136,9 +146,8 @@ def fpr_at_tpr(scores: Any, is_positive: Any, tpr: float = 0.95) -> float:
 def fpr_at_95_tpr(scores: Any, is_positive: Any) -> float:
     """False-positive rate at 95% true-positive rate (:func:`fpr_at_tpr` with ``tpr=0.95``).
 
-    Args:
-        scores: detection scores ``[N]`` (larger = more likely positive).
-        is_positive: 0/1 or bool flags ``[N]`` with at least one positive and one negative.
+    ``scores`` and ``is_positive`` as in :func:`auroc`; returns the false-positive rate in
+    ``[0, 1]`` of the first ROC point whose true-positive rate reaches 0.95.
 
     Example:
         >>> fpr_at_95_tpr(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1]))

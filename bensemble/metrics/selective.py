@@ -117,10 +117,7 @@ def aurc(
     """Area under the risk-coverage curve, ``(1/N) sum_i risk_i`` (lower is better).
 
     Args:
-        confidence: confidence scores ``[N]`` (larger = more confident; any real values), or
-            probabilities ``[N, K]`` / ``[M, N, K]`` (then ``correct`` holds the labels).
-        correct: 1 where the prediction is correct ``[N]`` (0/1 or bool), or labels ``[N]``.
-        probs, labels: the ``(probs, labels)`` form by keyword, instead of the two above.
+        confidence, correct, probs, labels: as in :func:`risk_coverage_curve`.
 
     Returns:
         AURC in ``[0, 1]``; tied confidences are handled as in the module docstring.
@@ -143,10 +140,10 @@ def excess_aurc(
     AURC that is due to the error rate rather than to the ranking.
 
     Args:
-        confidence: confidence scores ``[N]`` (larger = more confident; any real values), or
-            probabilities ``[N, K]`` / ``[M, N, K]`` (then ``correct`` holds the labels).
-        correct: 1 where the prediction is correct ``[N]`` (0/1 or bool), or labels ``[N]``.
-        probs, labels: the ``(probs, labels)`` form by keyword, instead of the two above.
+        confidence, correct, probs, labels: as in :func:`risk_coverage_curve`.
+
+    Returns:
+        The excess AURC in ``[0, 1]``: 0 when every correct sample is accepted before any error.
 
     Example:
         >>> excess_aurc(torch.tensor([0.9, 0.8, 0.7, 0.6]), torch.tensor([1, 1, 0, 0]))
@@ -170,11 +167,12 @@ def risk_at_coverage(
     Tied confidences are never split, so the achieved coverage can exceed the target.
 
     Args:
-        confidence: confidence scores ``[N]`` (larger = more confident; any real values), or
-            probabilities ``[N, K]`` / ``[M, N, K]`` (then ``correct`` holds the labels).
-        correct: 1 where the prediction is correct ``[N]`` (0/1 or bool), or labels ``[N]``.
-        probs, labels: the ``(probs, labels)`` form by keyword, instead of the two above.
+        confidence, correct, probs, labels: as in :func:`risk_coverage_curve`.
         coverage: target coverage in ``(0, 1]`` (required).
+
+    Returns:
+        ``errors / accepted`` at the smallest-coverage curve point with coverage ``>= coverage``,
+        in ``[0, 1]``.
 
     Example:
         >>> risk_at_coverage(torch.tensor([0.9, 0.8, 0.7, 0.6]), torch.tensor([1, 0, 1, 0]), 0.5)
@@ -201,11 +199,12 @@ def coverage_at_risk(
     """Largest coverage among the curve points whose selective risk is ``<= risk`` (0 if none).
 
     Args:
-        confidence: confidence scores ``[N]`` (larger = more confident; any real values), or
-            probabilities ``[N, K]`` / ``[M, N, K]`` (then ``correct`` holds the labels).
-        correct: 1 where the prediction is correct ``[N]`` (0/1 or bool), or labels ``[N]``.
-        probs, labels: the ``(probs, labels)`` form by keyword, instead of the two above.
+        confidence, correct, probs, labels: as in :func:`risk_coverage_curve`.
         risk: tolerated selective risk in ``[0, 1]`` (required).
+
+    Returns:
+        The coverage ``accepted / N`` in ``[0, 1]`` of the feasible point accepting the most
+        samples; 0.0 when no curve point meets ``risk``.
 
     Example:
         >>> coverage_at_risk(torch.tensor([0.9, 0.8, 0.7, 0.6]), torch.tensor([1, 0, 1, 0]), 0.4)
