@@ -123,24 +123,17 @@ def _refine_until(x: torch.Tensor, centroids: torch.Tensor, max_steps: int, rtol
 
 
 def fit_torch_coreset(
-    x: torch.Tensor,
-    n_clusters: int,
-    g: torch.Generator,
-    max_iter: int,
-    tol_abs: float,
-    size: int,
-    max_steps: int = MAX_REFINE_STEPS,
-    rtol: float = REFINE_RTOL,
-    coreset_rtol: float = CORESET_RTOL,
+    x: torch.Tensor, n_clusters: int, g: torch.Generator, max_iter: int, tol_abs: float, size: int
 ):
-    """The coreset fit of ``x [N, H]`` (float64 rows): ``(centroids float64, labels [N],
-    Lloyd iterations (coreset + full-data steps), converged)``, or the exact ``_fit_torch``
-    result when the coreset runs out of distinct rows."""
+    """The coreset fit of ``x [N, H]`` (float64 rows) on ``size`` coreset rows: ``(centroids
+    float64, labels [N], Lloyd iterations (coreset + full-data steps), converged)``, or the exact
+    ``_fit_torch`` result when the coreset runs out of distinct rows. The stopping rules are the
+    module's constants (:data:`CORESET_RTOL`, :data:`MAX_REFINE_STEPS`, :data:`REFINE_RTOL`)."""
     x32 = x.to(_F32)
     xc, w = _sample(x32, size, g)
     start = _weighted_kmeans_plusplus(xc, w, n_clusters, g)
     if start is None:
         return _fit_torch(x, n_clusters, g, max_iter, tol_abs)
-    centroids, n_iter, converged = _weighted_lloyd(xc, w, start, max_iter, tol_abs, coreset_rtol)
-    centroids, labels, steps = _refine_until(x, centroids, max_steps, rtol)
+    centroids, n_iter, converged = _weighted_lloyd(xc, w, start, max_iter, tol_abs, CORESET_RTOL)
+    centroids, labels, steps = _refine_until(x, centroids, MAX_REFINE_STEPS, REFINE_RTOL)
     return centroids, labels, n_iter + steps, converged
