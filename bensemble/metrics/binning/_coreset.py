@@ -31,7 +31,7 @@ import math
 
 import torch
 
-from bensemble.metrics.binning._lloyd import _fit_torch
+from bensemble.metrics.binning._lloyd import _fit_torch, _kmeans_plusplus
 from bensemble.metrics.binning._nearest import _assign, _chunks
 
 __all__ = ["MAX_REFINE_STEPS", "REFINE_RTOL", "applies", "fit_torch_coreset"]
@@ -67,29 +67,10 @@ def _sample(x: torch.Tensor, size: int, g: torch.Generator) -> tuple[torch.Tenso
 def _weighted_kmeans_plusplus(
     x: torch.Tensor, w: torch.Tensor, n_clusters: int, g: torch.Generator
 ) -> torch.Tensor | None:
-    """Greedy k-means++ on weighted rows (``2 + floor(ln M)`` candidates per step); ``None`` when
-    the rows run out of distinct values."""
-    n = x.shape[0]
-    n_trials = 2 + int(math.log(n_clusters))
-    x_sq = (x * x).sum(1)
-    x_t = x.T.contiguous()
-    chosen = torch.empty(n_clusters, dtype=torch.int64)
-    chosen[0] = torch.randint(n, (1,), generator=g)
-    closest = ((x - x[chosen[0]]) ** 2).sum(1)
-    for k in range(1, n_clusters):
-        cum = torch.cumsum(closest * w, 0, dtype=_F64)
-        total = cum[-1]
-        if not bool(total > 0):
-            return None
-        draws = torch.rand(n_trials, generator=g, dtype=_F64) * total
-        candidates = torch.searchsorted(cum, draws, right=True).clamp_(max=n - 1)
-        trial = torch.addmm(x_sq[None, :], x[candidates], x_t, alpha=-2.0)
-        trial.add_(x_sq[candidates][:, None]).clamp_min_(0.0)
-        trial = torch.minimum(trial, closest[None, :], out=trial)
-        best = int((trial * w).sum(1, dtype=_F64).argmin())
-        chosen[k] = candidates[best]
-        closest = trial[best]
-    return x[chosen].clone()
+    """Greedy k-means++ on weighted rows (:func:`~._lloyd._kmeans_plusplus` with ``weights``):
+    the centres, or ``None`` when the rows run out of distinct values."""
+    chosen = _kmeans_plusplus(x, n_clusters, g, weights=w)
+    return x[chosen].clone() if chosen.shape[0] == n_clusters else None
 
 
 def _weighted_lloyd(x, w, centroids, max_iter: int, tol_abs: float, rtol: float):
@@ -142,24 +123,17 @@ def _refine_until(x: torch.Tensor, centroids: torch.Tensor, max_steps: int, rtol
 
 
 def fit_torch_coreset(
-    x: torch.Tensor,
-    n_clusters: int,
-    g: torch.Generator,
-    max_iter: int,
-    tol_abs: float,
-    size: int,
-    max_steps: int = MAX_REFINE_STEPS,
-    rtol: float = REFINE_RTOL,
-    coreset_rtol: float = CORESET_RTOL,
+    x: torch.Tensor, n_clusters: int, g: torch.Generator, max_iter: int, tol_abs: float, size: int
 ):
-    """The coreset fit of ``x [N, H]`` (float64 rows): ``(centroids float64, labels [N],
-    Lloyd iterations (coreset + full-data steps), converged)``, or the exact ``_fit_torch``
-    result when the coreset runs out of distinct rows."""
+    """The coreset fit of ``x [N, H]`` (float64 rows) on ``size`` coreset rows: ``(centroids
+    float64, labels [N], Lloyd iterations (coreset + full-data steps), converged)``, or the exact
+    ``_fit_torch`` result when the coreset runs out of distinct rows. The stopping rules are the
+    module's constants (:data:`CORESET_RTOL`, :data:`MAX_REFINE_STEPS`, :data:`REFINE_RTOL`)."""
     x32 = x.to(_F32)
     xc, w = _sample(x32, size, g)
     start = _weighted_kmeans_plusplus(xc, w, n_clusters, g)
     if start is None:
         return _fit_torch(x, n_clusters, g, max_iter, tol_abs)
-    centroids, n_iter, converged = _weighted_lloyd(xc, w, start, max_iter, tol_abs, coreset_rtol)
-    centroids, labels, steps = _refine_until(x, centroids, max_steps, rtol)
+    centroids, n_iter, converged = _weighted_lloyd(xc, w, start, max_iter, tol_abs, CORESET_RTOL)
+    centroids, labels, steps = _refine_until(x, centroids, MAX_REFINE_STEPS, REFINE_RTOL)
     return centroids, labels, n_iter + steps, converged

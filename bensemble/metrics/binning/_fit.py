@@ -11,7 +11,7 @@ the rows (ties to the lower index).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -41,6 +41,7 @@ __all__ = [
     "DEFAULT_REFINE",
     "DEFAULT_CORESET",
     "DEFAULT_LLOYD_RTOL",
+    "FitOptions",
     "KMeansFit",
     "fit_assign",
     "fit_bins",
@@ -90,6 +91,20 @@ class KMeansFit:
     settings: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class FitOptions:
+    """The K-means options of one fit (each as :func:`fit_bins` documents it), validated by
+    :func:`_check_fit_options`; the defaults are :func:`fit_bins`'s."""
+
+    subsample: int | None = DEFAULT_SUBSAMPLE
+    refine: int = DEFAULT_REFINE
+    max_iter: int = 300
+    tol: float = 1e-4
+    batch_size: int = MIN_MINIBATCH
+    coreset: int | None = None
+    lloyd_rtol: float = 0.0
+
+
 def resolve_seed(generator: torch.Generator | None, seed: int | None, fn: str) -> int:
     """An integer seed under the library's rule (:mod:`bensemble._seeds`): ``seed`` (default
     :data:`~bensemble._seeds.DEFAULT_SEED`, i.e. 0), else drawn from ``generator`` (which wins
@@ -115,73 +130,74 @@ def resolve_seed(generator: torch.Generator | None, seed: int | None, fn: str) -
 
 
 def _fit(
-    x: torch.Tensor,
-    n_bins: int,
-    *,
-    backend: str = "auto",
-    seed: int,
-    subsample: int | None = DEFAULT_SUBSAMPLE,
-    refine: int = DEFAULT_REFINE,
-    max_iter: int = 300,
-    tol: float = 1e-4,
-    batch_size: int = MIN_MINIBATCH,
-    coreset: int | None = None,
-    lloyd_rtol: float = 0.0,
+    x: torch.Tensor, n_bins: int, *, backend: str = "auto", seed: int, **options: Any
 ) -> KMeansFit:
-    """Fit on validated float64 rows ``x [N, H]`` with a resolved seed."""
+    """Fit on validated float64 rows ``x [N, H]`` with a resolved seed; ``options``: fields of
+    :class:`FitOptions` (its defaults for the others)."""
+    opts = FitOptions(**options)
     resolved = "torch" if backend == "auto" else backend
-    g, x_fit, n_clusters, plain, tol_abs = _prepare(x, n_bins, seed, subsample, tol)
+    g, x_fit, n_clusters, plain, tol_abs = _prepare(x, n_bins, seed, opts.subsample, opts.tol)
     n, n_fit = x.shape[0], x_fit.shape[0]
     settings: dict[str, Any] = {
         "n_bins": n_bins,
-        "max_iter": max_iter,
-        "tol": tol,
-        "subsample": subsample,
+        "max_iter": opts.max_iter,
+        "tol": opts.tol,
+        "subsample": opts.subsample,
     }
     subsampled = n_fit < n
     if subsampled:
-        settings["refine"] = refine
-    if coreset is not None and resolved == "torch":
-        settings["coreset"] = coreset
-    if lloyd_rtol > 0 and resolved == "torch":
-        settings["lloyd_rtol"] = lloyd_rtol
+        settings["refine"] = opts.refine
+    if opts.coreset is not None and resolved == "torch":
+        settings["coreset"] = opts.coreset
+    if opts.lloyd_rtol > 0 and resolved == "torch":
+        settings["lloyd_rtol"] = opts.lloyd_rtol
     if not plain:
         # Fewer distinct rows than bins: each distinct row is its own centroid (exact optimum).
         centroids = torch.unique(x_fit, dim=0)
         labels, _ = _assign(x_fit, centroids)
         n_iter, converged = 0, True
     else:
-        if resolved == "torch" and _coreset.applies(coreset, n_fit):
+        if resolved == "torch" and _coreset.applies(opts.coreset, n_fit):
             centroids, labels, n_iter, converged = _coreset.fit_torch_coreset(
-                x_fit, n_clusters, g, max_iter, tol_abs, coreset
+                x_fit, n_clusters, g, opts.max_iter, tol_abs, opts.coreset
             )
-        elif resolved == "torch" and lloyd_rtol > 0:
+        elif resolved == "torch" and opts.lloyd_rtol > 0:
             # the classwise path's fit of one class (bensemble.metrics.binning._classes)
             state = g.get_state()
-            (fitted,) = fit_group([x_fit], [g], n_clusters, max_iter, [tol_abs], lloyd_rtol)
+            (fitted,) = fit_group(
+                [x_fit], [g], n_clusters, opts.max_iter, [tol_abs], opts.lloyd_rtol
+            )
             centroids, labels, n_iter, converged, exhausted = fitted
             centroids = centroids.to(torch.float64)
             if exhausted:  # fewer distinct float32 rows than clusters: seed densely, afresh
                 g.set_state(state)
                 centroids, labels, n_iter, converged = _fit_torch(
-                    x_fit, n_clusters, g, max_iter, tol_abs, lloyd_rtol
+                    x_fit, n_clusters, g, opts.max_iter, tol_abs, opts.lloyd_rtol
                 )
         elif resolved == "torch":
             centroids, labels, n_iter, converged = _fit_torch(
-                x_fit, n_clusters, g, max_iter, tol_abs, lloyd_rtol
+                x_fit, n_clusters, g, opts.max_iter, tol_abs, opts.lloyd_rtol
             )
         elif resolved in ("sklearn", "minibatch"):
             if resolved == "minibatch":
-                settings["batch_size"] = batch_size
+                settings["batch_size"] = opts.batch_size
             centroids, labels, n_iter, converged = _fit_sklearn(
-                x_fit, n_clusters, seed, max_iter, tol, batch_size, resolved == "minibatch"
+                x_fit,
+                n_clusters,
+                seed,
+                opts.max_iter,
+                opts.tol,
+                opts.batch_size,
+                resolved == "minibatch",
             )
         else:
-            centroids, labels, n_iter, converged = _fit_faiss(x_fit, n_clusters, seed, max_iter)
+            centroids, labels, n_iter, converged = _fit_faiss(
+                x_fit, n_clusters, seed, opts.max_iter
+            )
     counts = torch.bincount(labels, minlength=centroids.shape[0])
     centroids = centroids.to(torch.float64)
     if subsampled:
-        for _ in range(refine):
+        for _ in range(opts.refine):
             centroids, counts = _refine(x, centroids)
     centroids = centroids[counts > 0]
     # Re-derive the inertia from the kept centroids so that all backends report it the same way.
@@ -198,7 +214,11 @@ def _fit(
     )
 
 
-def _check_fit_options(fn, backend, subsample, refine, max_iter, tol, batch_size):
+def _check_fit_options(
+    fn, backend, subsample, refine, max_iter, tol, batch_size, coreset, lloyd_rtol
+) -> FitOptions:
+    """``ValueError`` unless ``backend`` and the options are valid; the options as given, but
+    ``batch_size``, ``coreset`` and ``lloyd_rtol`` as checked."""
     check_option(backend, "backend", BACKENDS, fn)
     if subsample is not None:
         check_positive_int(subsample, "subsample", fn)
@@ -211,7 +231,10 @@ def _check_fit_options(fn, backend, subsample, refine, max_iter, tol, batch_size
             f"{fn}: `batch_size` must be >= {MIN_MINIBATCH} for the 'minibatch' backend "
             f"(got {batch_size})"
         )
-    return batch_size
+    if coreset is not None:
+        coreset = check_positive_int(coreset, "coreset", fn)
+    lloyd_rtol = check_positive(lloyd_rtol, "lloyd_rtol", fn, allow_zero=True)
+    return FitOptions(subsample, refine, max_iter, tol, batch_size, coreset, lloyd_rtol)
 
 
 def fit_bins(
@@ -271,25 +294,11 @@ def fit_bins(
     fn = "fit_bins"
     x = as_float_tensor(member_vectors, "member_vectors", fn, ndim=2)
     n_bins = check_positive_int(n_bins, "n_bins", fn)
-    batch_size = _check_fit_options(fn, backend, subsample, refine, max_iter, tol, batch_size)
-    if coreset is not None:
-        check_positive_int(coreset, "coreset", fn)
-    check_positive(lloyd_rtol, "lloyd_rtol", fn, allow_zero=True)
-    seed = resolve_seed(generator, seed, fn)
-    fit = _fit(
-        x,
-        n_bins,
-        backend=backend,
-        seed=seed,
-        subsample=subsample,
-        refine=refine,
-        max_iter=max_iter,
-        tol=tol,
-        batch_size=batch_size,
-        coreset=coreset,
-        lloyd_rtol=lloyd_rtol,
+    options = _check_fit_options(
+        fn, backend, subsample, refine, max_iter, tol, batch_size, coreset, lloyd_rtol
     )
-    return fit.centroids
+    seed = resolve_seed(generator, seed, fn)
+    return _fit(x, n_bins, backend=backend, seed=seed, **asdict(options)).centroids
 
 
 def _check_centroids(centroids, width: int, fn: str, name: str = "centroids") -> torch.Tensor:

@@ -37,27 +37,36 @@ def _candidate_dist(
     return torch.minimum(d, closest[None, :], out=d)
 
 
-def _kmeans_plusplus(x: torch.Tensor, n_clusters: int, g: torch.Generator) -> torch.Tensor:
+def _kmeans_plusplus(
+    x: torch.Tensor, n_clusters: int, g: torch.Generator, weights: torch.Tensor | None = None
+) -> torch.Tensor:
     """Greedy k-means++ seeding: each step draws ``2 + floor(ln M)`` candidates with probability
-    proportional to the squared distance to the chosen centres and keeps the one that lowers the
-    potential most. Returns the row indices of the centres."""
+    proportional to the squared distance to the chosen centres (times the row's weight, with
+    ``weights [N]``: the coreset's) and keeps the one that lowers the potential most. Returns the
+    row indices of the centres: fewer than ``n_clusters`` when the rows run out of distinct
+    values."""
     n = x.shape[0]
     n_trials = 2 + int(math.log(n_clusters))
     x_sq = (x * x).sum(1)
     x_t = x.T.contiguous()
     chosen = torch.empty(n_clusters, dtype=torch.int64)
     chosen[0] = torch.randint(n, (1,), generator=g)
-    closest = torch.full((n,), math.inf, dtype=x.dtype, device=x.device)
-    closest = _candidate_dist(x, x_t, x_sq, chosen[:1], closest)[0]
+    if weights is None:
+        closest = torch.full((n,), math.inf, dtype=x.dtype, device=x.device)
+        closest = _candidate_dist(x, x_t, x_sq, chosen[:1], closest)[0]
+    else:  # the coreset fit's first distances, as measured (bensemble.metrics.binning._coreset)
+        closest = ((x - x[chosen[0]]) ** 2).sum(1)
     for k in range(1, n_clusters):
-        cum = torch.cumsum(closest, 0, dtype=torch.float64)  # float64: exact enough to sample
+        mass = closest if weights is None else closest * weights
+        cum = torch.cumsum(mass, 0, dtype=torch.float64)  # float64: exact enough to sample
         total = cum[-1]
         if not bool(total > 0):  # every row coincides with a centre: no more distinct rows
             return chosen[:k]
         draws = torch.rand(n_trials, generator=g, dtype=torch.float64).to(cum.device) * total
         candidates = torch.searchsorted(cum, draws, right=True).clamp_(max=n - 1)
         trial = _candidate_dist(x, x_t, x_sq, candidates, closest)
-        best = int(trial.sum(1, dtype=torch.float64).argmin())
+        potential = trial if weights is None else trial * weights
+        best = int(potential.sum(1, dtype=torch.float64).argmin())
         chosen[k] = candidates[best]
         closest = trial[best]
     return chosen

@@ -33,7 +33,19 @@ def _mean_predictions(columns: MemberColumns) -> torch.Tensor:
     return columns.single().mean(dim=0)[:, None]
 
 
-class UniformBinning(Binning):
+class _MeanPredictionBinning(Binning):
+    """``n_bins`` bins of the mean prediction: the option :class:`UniformBinning` and
+    :class:`QuantileBinning` share."""
+
+    def __init__(self, n_bins: int = 15) -> None:
+        super().__init__()
+        self.n_bins = check_n_bins(n_bins, self._name)
+
+    def _options(self, changed_only: bool = False) -> dict[str, Any]:
+        return {"n_bins": self.n_bins}
+
+
+class UniformBinning(_MeanPredictionBinning):
     """``n_bins`` equal-width bins of the mean prediction (the ECE's ``binning="uniform"``).
 
     Nothing is learnt: ``fit`` records what is binned. Bin ``b`` is ``(b / B, (b + 1) / B]``
@@ -48,13 +60,6 @@ class UniformBinning(Binning):
 
     _name = "UniformBinning"
 
-    def __init__(self, n_bins: int = 15) -> None:
-        super().__init__()
-        self.n_bins = check_n_bins(n_bins, self._name)
-
-    def _options(self, changed_only: bool = False) -> dict[str, Any]:
-        return {"n_bins": self.n_bins}
-
     def _fit_columns(self, columns: MemberColumns, fn: str) -> list[torch.Tensor]:
         self._state = self._base_state(columns, self.n_bins)
         return self._assign_columns(columns, fn)
@@ -64,7 +69,7 @@ class UniformBinning(Binning):
         return list(ids.T)
 
 
-class QuantileBinning(Binning):
+class QuantileBinning(_MeanPredictionBinning):
     """``n_bins`` equal-mass bins of the mean prediction (the ECE's ``binning="quantile"``),
     edges fitted per binned column.
 
@@ -79,13 +84,6 @@ class QuantileBinning(Binning):
     """
 
     _name = "QuantileBinning"
-
-    def __init__(self, n_bins: int = 15) -> None:
-        super().__init__()
-        self.n_bins = check_n_bins(n_bins, self._name)
-
-    def _options(self, changed_only: bool = False) -> dict[str, Any]:
-        return {"n_bins": self.n_bins}
 
     @property
     def edges_(self) -> torch.Tensor:

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from bensemble._seeds import DEFAULT_SEED
-from bensemble._validation import as_float_tensor, check_option, check_positive, check_positive_int
+from bensemble._validation import as_float_tensor, check_option
 from bensemble.metrics._epistemic_checks import check_n_seeds, resolve_n_bins
 from bensemble.metrics.binning._classes import fit_classes
 from bensemble.metrics.binning._fit import (
@@ -113,17 +113,17 @@ class KMeansBinning(Binning):
             seed = resolve_seed(None, seed, fn)
         self.n_bins = n_bins if isinstance(n_bins, str) else int(n_bins)
         self.seed = seed
-        self.batch_size = _check_fit_options(
-            fn, backend, subsample, refine, max_iter, tol, batch_size
+        rtol = 0.0 if lloyd_rtol is None else lloyd_rtol  # None: chosen per mode at fit time
+        checked = _check_fit_options(
+            fn, backend, subsample, refine, max_iter, tol, batch_size, coreset, rtol
         )
+        self.batch_size = checked.batch_size
         self.backend = backend
         self.n_seeds = check_n_seeds(n_seeds, fn)
         self.subsample = None if subsample is None else int(subsample)
         self.refine, self.max_iter, self.tol = int(refine), int(max_iter), float(tol)
-        self.coreset = None if coreset is None else check_positive_int(coreset, "coreset", fn)
-        if lloyd_rtol is not None:
-            lloyd_rtol = check_positive(lloyd_rtol, "lloyd_rtol", fn, allow_zero=True)
-        self.lloyd_rtol = lloyd_rtol
+        self.coreset = checked.coreset
+        self.lloyd_rtol = None if lloyd_rtol is None else checked.lloyd_rtol
 
     @classmethod
     def from_centroids(

@@ -1,6 +1,7 @@
 """Tests of the EECE binning backends (K-means fit and nearest-centroid assignment)."""
 
 import importlib.util
+import math
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ import torch
 
 from bensemble.datasets import make_toy_gaussians
 from bensemble.metrics import assign_bins, fit_bins
+from bensemble.metrics.binning import KMeansBinning
 from bensemble.metrics.binning._fit import (
     BACKENDS,
     _fit,
@@ -257,6 +259,12 @@ X = torch.rand(20, 3, dtype=F64)
             lambda: fit_bins(X, 3, seed=1, generator=torch.Generator()), "generator", id="both"
         ),
         pytest.param(lambda: fit_bins(X, 3, seed=-1), "seed", id="seed-negative"),
+        pytest.param(lambda: fit_bins(X, 3, coreset=0), "coreset", id="coreset"),
+        pytest.param(lambda: fit_bins(X, 3, lloyd_rtol=-1e-3), "lloyd_rtol", id="rtol"),
+        pytest.param(lambda: fit_bins(X, 3, lloyd_rtol=None), "lloyd_rtol", id="rtol-none"),
+        pytest.param(lambda: KMeansBinning(lloyd_rtol=math.nan), "lloyd_rtol", id="km-rtol"),
+        pytest.param(lambda: KMeansBinning(coreset=0), "coreset", id="km-coreset"),
+        pytest.param(lambda: KMeansBinning(batch_size=0), "batch_size", id="km-batch"),
         pytest.param(lambda: assign_bins(X, torch.rand(4, 2)), "centroids", id="width"),
         pytest.param(lambda: assign_bins(X, torch.rand(4)), "centroids", id="centroids-1d"),
         pytest.param(lambda: kmeans_inertia(X, torch.rand(4, 5)), "centroids", id="inertia"),
@@ -265,6 +273,12 @@ X = torch.rand(20, 3, dtype=F64)
 def test_bad_input_names_the_argument(call, argument):
     with pytest.raises(ValueError, match=f"`{argument}`"):
         call()
+
+
+def test_kmeans_binning_keeps_lloyd_rtol_none_for_the_per_mode_default():
+    assert KMeansBinning().lloyd_rtol is None
+    assert KMeansBinning(lloyd_rtol=1e-3).lloyd_rtol == 1e-3
+    assert KMeansBinning(lloyd_rtol=0).lloyd_rtol == 0.0
 
 
 def test_backend_error_lists_the_options():
