@@ -135,11 +135,9 @@ class ReliabilityDisplay(Display):
                     f"(got shape {tuple(t.shape)})"
                 )
         check_probability(confidence_level, "confidence_level", fn)
-        self.bins = bins
-        self.lower = lower
-        self.upper = upper
-        self.confidence_level = confidence_level
-        self.name = name
+        self._store(
+            bins=bins, lower=lower, upper=upper, confidence_level=confidence_level, name=name
+        )
 
     @classmethod
     def from_confidences(
