@@ -102,6 +102,15 @@ class EpistemicReliabilityDisplay(Display):
         'Reported EU (bin mean)'
     """
 
+    # the constructor's arguments, kept unchanged (after validation) by ``_store``
+    trust: torch.Tensor
+    squared_error: torch.Tensor
+    counts: torch.Tensor
+    value: float | None
+    name: str | None
+    classes: torch.Tensor | None
+    class_support: torch.Tensor | None
+
     def __init__(
         self,
         trust: torch.Tensor,

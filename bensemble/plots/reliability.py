@@ -115,6 +115,13 @@ class ReliabilityDisplay(Display):
         'Accuracy'
     """
 
+    # the constructor's arguments, kept unchanged (after validation) by ``_store``
+    bins: CalibrationBins
+    lower: torch.Tensor
+    upper: torch.Tensor
+    confidence_level: float
+    name: str | None
+
     def __init__(
         self,
         bins: CalibrationBins,

@@ -50,6 +50,13 @@ class RiskCoverageDisplay(Display):
         'Coverage'
     """
 
+    # the constructor's arguments, kept unchanged (after validation) by ``_store``
+    coverage: torch.Tensor
+    risk: torch.Tensor
+    thresholds: torch.Tensor
+    aurc: float | None
+    name: str | None
+
     def __init__(
         self,
         coverage: torch.Tensor,
