@@ -58,8 +58,14 @@ class _AffineScaling(ScalerAPI, nn.Module):
             setattr(self, name, nn.Parameter(value))
         self.requires_grad_(False)
 
+    #: subclasses: how the scale acts on the logits, ``scaled(z, scale)`` (``z * a`` per class,
+    #: ``z @ W^T`` for a matrix); the map is ``scaled(z, scale) + shift``
+    _scaled: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
     def _map(self, z: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
-        raise NotImplementedError
+        """The affine map ``scaled(z, scale) + shift`` of ``params = [scale, shift]``."""
+        scale, shift = params
+        return type(self)._scaled(z, scale) + shift
 
     def _penalty(self, params: list[torch.Tensor]) -> torch.Tensor | None:
         return None
@@ -178,6 +184,7 @@ class VectorScaling(_AffineScaling):
 
     _name = "VectorScaling"
     _identity_scale = staticmethod(torch.ones)
+    _scaled = staticmethod(torch.mul)
 
     def __init__(self, num_classes: int) -> None:
         super().__init__(num_classes)
@@ -191,10 +198,6 @@ class VectorScaling(_AffineScaling):
     b_ = numpy_view(
         "b", "The per-class shift ``b`` applied, as float64 ``[K]`` (a copy).", needs_fit=False
     )
-
-    def _map(self, z: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
-        a, b = params
-        return z * a + b
 
 
 class MatrixScaling(_AffineScaling):
@@ -236,9 +239,9 @@ class MatrixScaling(_AffineScaling):
         "bias", "The shift ``b`` applied, as float64 ``[K]`` (a copy).", needs_fit=False
     )
 
-    def _map(self, z: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
-        weight, bias = params
-        return z @ weight.T + bias
+    @staticmethod
+    def _scaled(z: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return z @ weight.T
 
     def _check_hyperparameters(self, fn: str) -> None:
         super()._check_hyperparameters(fn)

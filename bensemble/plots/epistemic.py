@@ -31,7 +31,7 @@ from bensemble.metrics._eece_legacy import LEGACY_KEYWORDS
 from bensemble.metrics.binning import Binning, KMeansBinning
 from bensemble.metrics.epistemic import EECEDetails, expected_epistemic_calibration_error
 from bensemble.plots._classes import DEFAULT_MAX_CLASSES, ClasswiseView, select_details
-from bensemble.plots._display import Display
+from bensemble.plots._display import Display, check_vectors_of_one_shape
 from bensemble.plots._layout import (
     check_limits,
     diagonal,
@@ -102,6 +102,15 @@ class EpistemicReliabilityDisplay(Display):
         'Reported EU (bin mean)'
     """
 
+    # the constructor's arguments, kept unchanged (after validation) by ``_store``
+    trust: torch.Tensor
+    squared_error: torch.Tensor
+    counts: torch.Tensor
+    value: float | None
+    name: str | None
+    classes: torch.Tensor | None
+    class_support: torch.Tensor | None
+
     def __init__(
         self,
         trust: torch.Tensor,
@@ -114,16 +123,9 @@ class EpistemicReliabilityDisplay(Display):
         class_support: torch.Tensor | None = None,
     ) -> None:
         fn = "EpistemicReliabilityDisplay"
-        shape = None
-        for arg, array in (("trust", trust), ("squared_error", squared_error), ("counts", counts)):
-            # NaN marks an empty bin in trust / squared_error, so only the shape is checked
-            t = as_float_tensor(array, arg, fn, ndim=1, dtype=None, finite=False)
-            if shape is not None and t.shape != shape:
-                raise ValueError(
-                    f"{fn}: `{arg}` must have the shape of `trust` {tuple(shape)} "
-                    f"(got {tuple(t.shape)})"
-                )
-            shape = t.shape
+        # NaN marks an empty bin in trust / squared_error, so only the shape is checked
+        arrays = {"trust": trust, "squared_error": squared_error, "counts": counts}
+        shape = check_vectors_of_one_shape(fn, arrays, finite=False)
         if value is not None:
             value = check_positive(value, "value", fn, allow_zero=True)
         if classes is not None:
@@ -136,13 +138,7 @@ class EpistemicReliabilityDisplay(Display):
             classes = c.long()
         if class_support is not None:
             class_support = as_float_tensor(class_support, "class_support", fn, ndim=1, dtype=None)
-        self.classes = classes
-        self.class_support = class_support
-        self.trust = trust
-        self.squared_error = squared_error
-        self.counts = counts
-        self.value = value
-        self.name = name
+        self._store(classes=classes, class_support=class_support, value=value, name=name, **arrays)
 
     @classmethod
     def from_details(

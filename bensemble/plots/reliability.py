@@ -115,6 +115,13 @@ class ReliabilityDisplay(Display):
         'Accuracy'
     """
 
+    # the constructor's arguments, kept unchanged (after validation) by ``_store``
+    bins: CalibrationBins
+    lower: torch.Tensor
+    upper: torch.Tensor
+    confidence_level: float
+    name: str | None
+
     def __init__(
         self,
         bins: CalibrationBins,
@@ -135,11 +142,9 @@ class ReliabilityDisplay(Display):
                     f"(got shape {tuple(t.shape)})"
                 )
         check_probability(confidence_level, "confidence_level", fn)
-        self.bins = bins
-        self.lower = lower
-        self.upper = upper
-        self.confidence_level = confidence_level
-        self.name = name
+        self._store(
+            bins=bins, lower=lower, upper=upper, confidence_level=confidence_level, name=name
+        )
 
     @classmethod
     def from_confidences(

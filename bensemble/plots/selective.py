@@ -17,7 +17,7 @@ from bensemble._validation import (
 )
 from bensemble.metrics._selective_inputs import selective_inputs
 from bensemble.metrics.selective import aurc, risk_coverage_curve, selective_confidence
-from bensemble.plots._display import Display
+from bensemble.plots._display import Display, check_vectors_of_one_shape
 from bensemble.plots._layout import place_legend
 
 __all__ = ["RiskCoverageDisplay", "oracle_risk", "plot_risk_coverage"]
@@ -50,6 +50,13 @@ class RiskCoverageDisplay(Display):
         'Coverage'
     """
 
+    # the constructor's arguments, kept unchanged (after validation) by ``_store``
+    coverage: torch.Tensor
+    risk: torch.Tensor
+    thresholds: torch.Tensor
+    aurc: float | None
+    name: str | None
+
     def __init__(
         self,
         coverage: torch.Tensor,
@@ -60,21 +67,11 @@ class RiskCoverageDisplay(Display):
         name: str | None = None,
     ) -> None:
         fn = "RiskCoverageDisplay"
-        c = as_float_tensor(coverage, "coverage", fn, ndim=1, dtype=None)
-        for arg, value in (("risk", risk), ("thresholds", thresholds)):
-            t = as_float_tensor(value, arg, fn, ndim=1, dtype=None)
-            if t.shape != c.shape:
-                raise ValueError(
-                    f"{fn}: `{arg}` must have the shape of `coverage` {tuple(c.shape)} "
-                    f"(got {tuple(t.shape)})"
-                )
+        curve = {"coverage": coverage, "risk": risk, "thresholds": thresholds}
+        check_vectors_of_one_shape(fn, curve)
         if aurc is not None:
             aurc = check_positive(aurc, "aurc", fn, allow_zero=True)
-        self.coverage = coverage
-        self.risk = risk
-        self.thresholds = thresholds
-        self.aurc = aurc
-        self.name = name
+        self._store(aurc=aurc, name=name, **curve)
 
     @classmethod
     def from_predictions(
