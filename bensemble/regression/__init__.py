@@ -17,7 +17,8 @@ variance of the members' means, aleatoric the mean of their variances
   :func:`regression_calibration_curve`, :func:`miscalibration_area`, :func:`pit_values`,
   :func:`calibration_curve_from_pit`.
 * Epistemic calibration (:mod:`~bensemble.regression.epistemic`):
-  :func:`regression_epistemic_calibration_error` (EECE), its details, :func:`fit_regression_bins`,
+  :func:`regression_epistemic_calibration_error` (EECE; its per-bin details with
+  ``return_details=True``), :func:`fit_regression_bins`,
   :func:`true_regression_epistemic_calibration_error` (TECE).
 * Recalibration (:mod:`~bensemble.regression.recalibration`): :class:`VarianceScaling`,
   :class:`QuantileRecalibration`.
@@ -36,7 +37,6 @@ from bensemble.regression.calibration_curve import (
 from bensemble.regression.epistemic import (
     RegressionEECEDetails,
     fit_regression_bins,
-    regression_epistemic_calibration_details,
     regression_epistemic_calibration_error,
     true_regression_epistemic_calibration_error,
 )
@@ -71,7 +71,6 @@ __all__ = [
     "pit_values",
     "predictive_interval",
     "regression_calibration_curve",
-    "regression_epistemic_calibration_details",
     "regression_epistemic_calibration_error",
     "regression_negative_log_likelihood",
     "sharpness",

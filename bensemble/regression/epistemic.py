@@ -55,7 +55,6 @@ from bensemble.regression._inputs import RegressionMembers, as_member_prediction
 __all__ = [
     "RegressionEECEDetails",
     "fit_regression_bins",
-    "regression_epistemic_calibration_details",
     "regression_epistemic_calibration_error",
     "true_regression_epistemic_calibration_error",
 ]
@@ -140,7 +139,7 @@ def fit_regression_bins(
     return centroids
 
 
-def regression_epistemic_calibration_details(
+def regression_epistemic_calibration_error(
     member_preds: Any,
     labels: Any,
     *,
@@ -150,8 +149,14 @@ def regression_epistemic_calibration_details(
     centroids: Any = None,
     seed: int | None = 0,
     generator: torch.Generator | None = None,
-) -> RegressionEECEDetails:
-    """The regression EECE with its per-bin ingredients (estimator: module docstring).
+    return_details: bool = False,
+) -> float | RegressionEECEDetails:
+    r"""Expected epistemic calibration error of regression members (module docstring).
+
+    .. math:: \mathrm{EECE} = \sum_b \frac{n_b}{N}\Bigl|\frac1H\sum_h
+              (\bar y_b - \bar\mu_{h,b})^2 - \frac{s_b^2}{n_b} - \overline{\mathrm{EU}}_b\Bigr|
+
+    Lower is better; units of ``y`` squared (compare it with the mean EU, or with the MSE).
 
     Args:
         member_preds: ``[M, N]`` points or ``[M, N, 2]`` (mean, variance) members; only the
@@ -164,15 +169,32 @@ def regression_epistemic_calibration_details(
             members' order) instead of a K-means fit on these points.
         seed: the K-means seed (fixed default); ``None`` draws it from ``generator``.
         generator: source of the seed when ``seed=None``.
+        return_details: return a :class:`RegressionEECEDetails` (the per-bin ingredients,
+            the signed error, the bins and the seed) instead of the float.
 
     Returns:
-        A :class:`RegressionEECEDetails`.
+        The EECE as a float, or a :class:`RegressionEECEDetails` with ``return_details=True``.
+
+    Example:
+        >>> import torch
+        >>> g = torch.Generator().manual_seed(0)
+        >>> x = torch.rand(4000, generator=g, dtype=torch.float64)
+        >>> y = torch.sin(6 * x) + 0.1 * torch.randn(4000, generator=g, dtype=torch.float64)
+        >>> truth = torch.sin(6 * x).expand(5, -1)  # five members equal to E[Y | x]
+        >>> regression_epistemic_calibration_error(truth, y) < 1e-3
+        True
+        >>> regression_epistemic_calibration_error(truth + 0.3, y) > 0.08  # shared bias 0.3
+        True
+        >>> details = regression_epistemic_calibration_error(truth + 0.3, y, return_details=True)
+        >>> details.signed > 0.08  # the members' spread under-reports the squared error
+        True
     """
-    fn = "regression_epistemic_calibration_details"
+    fn = "regression_epistemic_calibration_error"
     members = as_member_predictions(member_preds, fn)
     h, n = members.n_members, members.n
     y = as_targets(labels, n, fn, members.means.device)
     bias_correction = check_bool(bias_correction, "bias_correction", fn)
+    return_details = check_bool(return_details, "return_details", fn)
     if centroids is not None:
         fixed = _binning.check_centroids(centroids, h, fn).to(members.means.device)
         n_bins_asked, run_seed = None, None
@@ -197,6 +219,8 @@ def regression_epistemic_calibration_details(
             f"{fn}: `member_preds` and `labels` must give finite squared errors in float64 "
             f"(got {value}); rescale the targets"
         )
+    if not return_details:
+        return value
     caller_centroids = (
         fitted if order is None else fitted[:, torch.argsort(order.to(fitted.device))]
     )
@@ -211,49 +235,6 @@ def regression_epistemic_calibration_details(
         centroids=caller_centroids,
         point_bins=ids,
     )
-
-
-def regression_epistemic_calibration_error(
-    member_preds: Any,
-    labels: Any,
-    *,
-    n_bins: int | str = "auto",
-    eu: Any = None,
-    bias_correction: bool = True,
-    centroids: Any = None,
-    seed: int | None = 0,
-    generator: torch.Generator | None = None,
-) -> float:
-    r"""Expected epistemic calibration error of regression members (module docstring).
-
-    .. math:: \mathrm{EECE} = \sum_b \frac{n_b}{N}\Bigl|\frac1H\sum_h
-              (\bar y_b - \bar\mu_{h,b})^2 - \frac{s_b^2}{n_b} - \overline{\mathrm{EU}}_b\Bigr|
-
-    Lower is better; units of ``y`` squared (compare it with the mean EU, or with the MSE).
-    Arguments: :func:`regression_epistemic_calibration_details`.
-
-    Example:
-        >>> import torch
-        >>> g = torch.Generator().manual_seed(0)
-        >>> x = torch.rand(4000, generator=g, dtype=torch.float64)
-        >>> y = torch.sin(6 * x) + 0.1 * torch.randn(4000, generator=g, dtype=torch.float64)
-        >>> truth = torch.sin(6 * x).expand(5, -1)  # five members equal to E[Y | x]
-        >>> regression_epistemic_calibration_error(truth, y) < 1e-3
-        True
-        >>> regression_epistemic_calibration_error(truth + 0.3, y) > 0.08  # shared bias 0.3
-        True
-    """
-    details = regression_epistemic_calibration_details(
-        member_preds,
-        labels,
-        n_bins=n_bins,
-        eu=eu,
-        bias_correction=bias_correction,
-        centroids=centroids,
-        seed=seed,
-        generator=generator,
-    )
-    return details.value
 
 
 def true_regression_epistemic_calibration_error(

@@ -12,7 +12,6 @@ import torch
 from bensemble.datasets import make_regression_toy
 from bensemble.regression import (
     fit_regression_bins,
-    regression_epistemic_calibration_details,
     regression_epistemic_calibration_error,
     true_regression_epistemic_calibration_error,
 )
@@ -50,7 +49,7 @@ def test_members_that_agree_more_than_they_are_right_give_a_positive_gap():
     narrow = smooth_members(x, f, spread=0.05, bias=0.4)  # shared bias 0.4 sin(x)
     tece = TECE(narrow, f)  # = E[(0.4 sin x)^2] ~ 0.08
     assert tece == pytest.approx(0.08 * (1 - torch.sin(torch.tensor(6.0)).item() / 6), rel=0.05)
-    details = regression_epistemic_calibration_details(narrow, y)
+    details = regression_epistemic_calibration_error(narrow, y, return_details=True)
     assert details.value > 0.05 and details.signed > 0.05  # over-confident: error > EU
     assert details.value == pytest.approx(tece, rel=0.2)
 
@@ -64,7 +63,9 @@ def test_the_reported_eu_is_what_is_tested():
     assert EECE(members, y) < 0.004
     for c2 in (0.25, 4.0):
         gap = abs(1 - c2) * float(var.mean())
-        details = regression_epistemic_calibration_details(members, y, eu=c2 * var)
+        details = regression_epistemic_calibration_error(
+            members, y, eu=c2 * var, return_details=True
+        )
         assert details.value == pytest.approx(gap, rel=0.1)
         assert (details.signed > 0) == (c2 < 1)
         assert TECE(members, f, eu=c2 * var) == pytest.approx(gap, rel=1e-9)
@@ -76,7 +77,7 @@ def test_the_bias_correction_removes_the_label_noise_on_average():
     for seed in range(40):
         _, y, f = _toy(1000, seed=100 + seed)
         truth = f.expand(3, -1)
-        d = regression_epistemic_calibration_details(truth, y, n_bins=25)
+        d = regression_epistemic_calibration_error(truth, y, n_bins=25, return_details=True)
         with_correction.append(d.signed)
         without.append(float((d.weights * d.squared_error).nansum()))
     mean_with = sum(with_correction) / 40
@@ -88,7 +89,7 @@ def test_the_bias_correction_removes_the_label_noise_on_average():
 def test_details_add_up():
     x, y, f = _toy(3000, seed=3)
     members = smooth_members(x, f, spread=0.2, bias=0.1)
-    d = regression_epistemic_calibration_details(members, y, n_bins=40)
+    d = regression_epistemic_calibration_error(members, y, n_bins=40, return_details=True)
     assert d.value == pytest.approx(float((d.weights * d.terms.abs()).nansum()), rel=1e-12)
     assert int(d.counts.sum()) == 3000 and d.n_bins == 40 and d.seed == 0
     assert torch.equal(torch.bincount(d.point_bins, minlength=d.counts.numel()).double(), d.counts)
@@ -121,8 +122,8 @@ def test_fixed_bins_make_the_sums_additive_over_chunks():
     x, y, f = _toy(4000, seed=5)
     members = smooth_members(x, f, spread=0.2, bias=0.2)
     centroids = fit_regression_bins(members[:, :2000], 30)  # fitted on one split
-    one_shot = regression_epistemic_calibration_details(
-        members[:, 2000:], y[2000:], centroids=centroids
+    one_shot = regression_epistemic_calibration_error(
+        members[:, 2000:], y[2000:], centroids=centroids, return_details=True
     )
     # a stream: chunks of the other split, in the caller's member order, merged by addition
     members_t = as_member_predictions(members, "stream")
@@ -167,3 +168,14 @@ def test_inputs_are_checked():
         TECE(members, f[:-1])
     with pytest.warns(UserWarning, match="fewer than 10 points"):
         EECE(members, y, n_bins=50)
+
+
+def test_return_details_carries_the_value_it_returns_alone():
+    x, y, f = _toy(2000, seed=8)
+    members = smooth_members(x, f, spread=0.2, bias=0.1)
+    value = regression_epistemic_calibration_error(members, y, n_bins=20)
+    details = regression_epistemic_calibration_error(members, y, n_bins=20, return_details=True)
+    assert isinstance(value, float) and details.value == value
+    assert details.n_bins == 20 and details.counts.sum() == 2000
+    with pytest.raises(ValueError, match="return_details"):
+        regression_epistemic_calibration_error(members, y, return_details="yes")

@@ -298,8 +298,8 @@ def _regression(option: Option) -> list[torch.Tensor]:
     members = members + 0.1 * torch.randn(members.shape, generator=g, dtype=members.dtype)
     bins = regression.fit_regression_bins(members, 8, **option)
     value = regression.regression_epistemic_calibration_error(members, toy.y, n_bins=8, **option)
-    details = regression.regression_epistemic_calibration_details(
-        members, toy.y, n_bins=8, **option
+    details = regression.regression_epistemic_calibration_error(
+        members, toy.y, n_bins=8, **option, return_details=True
     )
     return [toy.x, toy.y, bins, torch.tensor(value), details.point_bins]
 
@@ -364,7 +364,7 @@ SEED_CASES: list[SeedCase] = [
     SeedCase("make_regression_toy", _regression),
     SeedCase("fit_regression_bins", _regression),
     SeedCase("regression_epistemic_calibration_error", _regression),
-    SeedCase("regression_epistemic_calibration_details", _regression),
+    SeedCase("regression_epistemic_calibration_error", _regression),
     SeedCase("expected_epistemic_calibration_error", _eece),
     SeedCase("fit_bins", _fit_bins),
     SeedCase("KMeansBinning", _kmeans_binning),

@@ -6,6 +6,7 @@ Kinds: ``reg_member`` ``[M, N, 2]`` (mean, variance) members, ``means`` ``[M, N]
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from pathlib import Path
@@ -204,8 +205,8 @@ REGRESSION_ENTRIES: list[Entry] = [
         names=("n_bins",),
     ),
     Entry(
-        "regression_epistemic_calibration_details",
-        reg.regression_epistemic_calibration_details,
+        "regression_epistemic_calibration_error(return_details=True)",
+        functools.partial(reg.regression_epistemic_calibration_error, return_details=True),
         {"member_preds": "means", "labels": Y},
         _details,
         names=("n_bins",),

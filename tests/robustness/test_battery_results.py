@@ -104,8 +104,8 @@ RESULT_CASES: dict[str, tuple[Callable[[], Any], bool]] = {
         True,
     ),
     "RegressionEECEDetails": (
-        lambda: regression.regression_epistemic_calibration_details(
-            *_regression_members(), n_bins=3
+        lambda: regression.regression_epistemic_calibration_error(
+            *_regression_members(), n_bins=3, return_details=True
         ),
         True,
     ),

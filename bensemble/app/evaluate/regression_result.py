@@ -158,15 +158,15 @@ def evaluation_of(
         intervals.append(row)
     uncertainty, details = None, None
     if means is not None:
-        from bensemble.regression import regression_epistemic_calibration_details
+        from bensemble.regression import regression_epistemic_calibration_error
 
         d = s["decomposition"]
         count = float(d["count"])
         uncertainty = {"members": int(means.shape[0])}
         for key in ("total", "aleatoric", "epistemic"):
             uncertainty[f"mean_{key}"] = float(d[key]) / count
-        details = regression_epistemic_calibration_details(
-            means, y, n_bins=options.eece_bins, seed=options.seed
+        details = regression_epistemic_calibration_error(
+            means, y, n_bins=options.eece_bins, seed=options.seed, return_details=True
         )
         uncertainty.update(
             eece=details.value,
