@@ -54,7 +54,11 @@ from bensemble.metrics import (  # noqa: E402
     expected_epistemic_calibration_error,
 )
 from bensemble.metrics._binning import uniform_bin_ids  # noqa: E402
-from bensemble.metrics.intervals import ReplicateState, selective_intervals  # noqa: E402
+from bensemble.metrics.intervals import (  # noqa: E402
+    ReplicateState,
+    selective_intervals,
+    selective_replicates,
+)
 
 REPLICATES = 200
 TRUTHS = (0.0, 0.005, 0.02)
@@ -156,7 +160,10 @@ def means_table(sizes, runs: int) -> list[str]:
             plan.selective("error_auroc", "aurc", conf.to(F64), correct)
             state.update(range(n), {name: (v,) for name, v in values.items()})
             old = plan.run(REPLICATES, seed=run)
-            new = {**state.compute(), **selective_intervals(conf, correct, range(n), seed=run)}
+            new = {
+                **state.compute(),
+                **selective_intervals(*selective_replicates(conf, correct, range(n), seed=run)),
+            }
             for name, truth in truths.items():
                 low, high = old_percentile(old[name])
                 hits[(name, "old")] += low <= truth <= high
@@ -248,7 +255,9 @@ def bundle_timing(n: int = 200_000, m: int = 5, k: int = 10, slots: int = 200):
     state.compute()
     for p in stages.values():
         conf, pred = p.max(1)
-        selective_intervals(conf.to(F64), pred == labels, range(n), REPLICATES)
+        selective_intervals(
+            *selective_replicates(conf.to(F64), pred == labels, range(n), REPLICATES)
+        )
     new = time.process_time() - cpu
     return _harness.Result(
         f"all report intervals {n:,} x {m} x {k} (CPU s)",

@@ -47,7 +47,11 @@ def _library_intervals(ref, n_bins, n_boot, seed):
     """The library's replicate states fed the whole reported part in one update."""
     from bensemble.app.bootstrap_stats import per_sample_nll
     from bensemble.metrics._eece_stats import _member_variance
-    from bensemble.metrics.intervals import ReplicateState, selective_intervals
+    from bensemble.metrics.intervals import (
+        ReplicateState,
+        selective_intervals,
+        selective_replicates,
+    )
     from bensemble.uncertainty import decompose_classification_uncertainty
 
     state = ReplicateState(n_boot, seed=seed)
@@ -91,7 +95,9 @@ def _library_intervals(ref, n_bins, n_boot, seed):
     state.update(rows, inputs)
     out = {name: iv for name, iv in state.compute().items()}
     for stage, (conf, correct) in selective.items():
-        for name, iv in selective_intervals(conf, correct, rows, n_boot, seed=seed).items():
+        for name, iv in selective_intervals(
+            *selective_replicates(conf, correct, rows, n_boot, seed=seed)
+        ).items():
             out[f"{stage}:{name}"] = iv
     return out
 

@@ -3,12 +3,19 @@ data repeated w[:, r] times (ties included), any sample order and block size giv
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from bensemble.metrics import aurc, auroc
 from bensemble.metrics.intervals import _selective_replicates as module
-from bensemble.metrics.intervals import poisson_weights, selective_intervals, selective_replicates
+from bensemble.metrics.intervals import (
+    percentile_interval,
+    poisson_weights,
+    selective_intervals,
+    selective_replicates,
+)
 
 
 def _data(n=400, seed=0, ties=True):
@@ -45,11 +52,44 @@ def test_order_and_block_size_do_not_matter(monkeypatch):
 
 def test_intervals_and_the_no_error_case():
     conf, correct = _data()
-    out = selective_intervals(conf, correct, range(400), 50)
+    out = selective_intervals(*selective_replicates(conf, correct, range(400), 50))
     assert out["error_auroc"].low <= out["error_auroc"].point <= out["error_auroc"].high
-    assert out["aurc"].method == "percentile"
-    none = selective_intervals(conf, torch.ones(400, dtype=torch.bool), range(400), 20)
+    assert out["aurc"].method == "percentile" and out["aurc"].n_replicates == 50
+    all_right = torch.ones(400, dtype=torch.bool)
+    none = selective_intervals(*selective_replicates(conf, all_right, range(400), 20))
     assert none["error_auroc"] is None and none["aurc"].point == 0.0
+
+
+def test_too_few_finite_replicates_give_no_interval_rather_than_a_zero_width_one():
+    # replicates that lose every error have a NaN AUROC; with most of them NaN the interval
+    # is missing, never [point, point]
+    auroc = torch.tensor([0.8, 0.7, *([math.nan] * 6), 0.9, 0.75])
+    aurc = torch.tensor([0.1, 0.12, 0.09, 0.11, 0.1, 0.13, 0.08, 0.1, 0.1, 0.11])
+    out = selective_intervals(auroc, aurc)
+    assert out["error_auroc"] is None
+    assert out["aurc"].low < out["aurc"].high and out["aurc"].n_replicates == 9
+    # the data's value NaN: no interval, whatever the replicates
+    assert selective_intervals(torch.tensor([math.nan, 0.5, 0.6]), aurc[:3])["error_auroc"] is None
+
+
+def test_the_percentiles_are_those_of_the_replicates_alone():
+    values = torch.arange(101, dtype=torch.float64) / 100  # row 0 = 0.0, replicates 0.01..1.0
+    out = selective_intervals(values, values, level=0.9)
+    low, high = percentile_interval(values[1:], 0.9)
+    assert (out["aurc"].low, out["aurc"].high, out["aurc"].point) == (low, high, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [
+        (([0.5], [0.5]), "auroc"),  # the data's value alone: no replicate
+        (([0.5, 0.4], [0.5]), "aurc"),
+        (([[0.5, 0.4]], [0.5, 0.4]), "auroc"),
+    ],
+)
+def test_intervals_refuse_rows_without_replicates_or_of_two_lengths(args, name):
+    with pytest.raises(ValueError, match=f"`{name}`"):
+        selective_intervals(*args)
 
 
 @pytest.mark.parametrize(

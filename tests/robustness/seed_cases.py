@@ -263,13 +263,6 @@ def _selective(option: Option) -> list[torch.Tensor]:
     return list(intervals.selective_replicates(confidence, correct, range(50), 20, **option))
 
 
-def _selective_intervals(option: Option) -> list[torch.Tensor]:
-    confidence = torch.rand(50, generator=_g(7), dtype=torch.float64)
-    correct = torch.rand(50, generator=_g(8)) < confidence
-    found = intervals.selective_intervals(confidence, correct, range(50), 20, **option)
-    return [torch.tensor([v.low, v.high]) for v in found.values() if v is not None]
-
-
 def _replicate_state(option: Option) -> torch.Tensor:
     state = intervals.ReplicateState(20, **option)
     return state.weights(range(10)) if hasattr(state, "weights") else torch.tensor(state.seed)
@@ -357,9 +350,6 @@ SEED_CASES: list[SeedCase] = [
     SeedCase("ExpectedEpistemicCalibrationError", _torchmetrics_eece),
     SeedCase("poisson_weights", lambda o: intervals.poisson_weights(range(10), 5, **o)),
     SeedCase("selective_replicates", _selective, fresh=False, why="takes an integer seed only"),
-    SeedCase(
-        "selective_intervals", _selective_intervals, fresh=False, why="takes an integer seed only"
-    ),
     SeedCase("ReplicateState", _replicate_state),
     SeedCase("make_regression_toy", _regression),
     SeedCase("fit_regression_bins", _regression),

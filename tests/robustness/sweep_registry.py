@@ -213,7 +213,6 @@ CHECKS: dict[str, Callable[[Any, Case], None]] = {
     "per_class_coverage": _per_class,
     "size_stratified_coverage": _stratified,
     "selective_replicates": _selective,
-    "selective_intervals": _intervals,
 }
 #: Entry options of generated entries (see :class:`Entry`).
 FLAGS: dict[str, dict[str, Any]] = {
@@ -559,6 +558,13 @@ OVERRIDES: list[Entry] = [
         _ends,
         names=("level",),
         nonfinite_ok=("values",),  # replicate values may be NaN / inf: the finite ones count
+    ),
+    Entry(
+        "selective_intervals",
+        lambda auroc, aurc: intervals.selective_intervals(auroc, aurc, level=0.9),
+        {"auroc": "conf", "aurc": "conf"},
+        _intervals,
+        nonfinite_ok=("auroc", "aurc"),  # replicates without an error are NaN: None, no interval
     ),
     Entry(
         "l1_norm_interval",

@@ -110,7 +110,9 @@ RESULT_CASES: dict[str, tuple[Callable[[], Any], bool]] = {
         True,
     ),
     "Interval": (
-        lambda: intervals.selective_intervals(*_conf_correct(), range(40), 20)["aurc"],
+        lambda: intervals.selective_intervals(
+            *intervals.selective_replicates(*_conf_correct(), range(40), 20)
+        )["aurc"],
         True,
     ),
     # the HTML page's parts (plain data, checked when render_html draws them: battery_calls)

@@ -44,6 +44,7 @@ from bensemble import calibration as cal
 from bensemble import conformal as conf
 from bensemble import datasets, losses, metrics, regression, utils
 from bensemble import uncertainty as unc
+from bensemble.metrics import intervals
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -366,10 +367,17 @@ def test_registry_covers_the_public_array_api():
         "NLLMeter",
         "EECEMeter",
         "UncertaintyMeter",
+        # replicate statistics (update / merge / compute): the meter battery's replicate cases
+        # (battery_replicates.py); Interval is their result dataclass
+        "ReplicateState",
+        "MeanReplicates",
+        "CalibrationReplicates",
+        "EECEReplicates",
+        "Interval",
     }
     swept = {e.name.split("[")[0].split(".")[0] for e in REGISTRY} | {"SplitConformalClassifier"}
     public = set()
-    for module in (metrics, cal, unc, conf, utils, losses, datasets, regression):
+    for module in (metrics, intervals, cal, unc, conf, utils, losses, datasets, regression):
         public |= set(module.__all__)
     assert public - swept - excused == set()
 

@@ -29,7 +29,7 @@ def _stage_rows(
     stage: StageState, name: str, part: str, n: int, replicates: int, plan: Plan
 ) -> tuple[dict, dict, RiskCoverage, tuple]:
     """The stage's metrics row, selective row, risk-coverage vertices and the selective
-    metrics' ``replicates`` (``(auroc [R], aurc [R])``, empty for ``R = 0``)."""
+    metrics' ``replicates`` (``(auroc [R + 1], aurc [R + 1])``, row 0 the reported values)."""
     row = {"stage": name, "part": part, "n": n}
     row.update({key: meter.compute() for key, meter in stage.meters.items()})
     block = plan.options.block(plan.n, plan.m * plan.k)
@@ -39,7 +39,7 @@ def _stage_rows(
     sel["aurc"] = float(aurc[0])
     curve = RiskCoverage(*stage.ranked.vertices(block=block), aurc=sel["aurc"])
     stage.ranked = None  # its buffer is sorted now, and no longer needed
-    return row, sel, curve, (auroc[1:], aurc[1:])
+    return row, sel, curve, (auroc, aurc)
 
 
 def evaluation_of(plan: Plan, state: EvaluationState) -> Evaluation:

@@ -38,7 +38,6 @@ __all__ = ["INTERVAL_NOTES", "StreamedIntervals"]
 
 _F64 = torch.float64
 _STAGE_MEANS = ("accuracy", "nll", "brier")
-_COVERS = "the population value of the fixed model's ranking (sampling variability of the points)"
 
 #: The intervals table's notes: the method behind each interval and what it covers.
 INTERVAL_NOTES = (
@@ -148,20 +147,16 @@ class StreamedIntervals:
         self, reported: dict[str, dict[str, Any]], selective: dict[str, tuple] | None = None
     ) -> IntervalResult:
         """The interval rows around the ``reported`` values (stage -> metric -> value);
-        ``selective`` maps a stage to its ``(auroc, aurc)`` replicates ``[R]`` each."""
-        from bensemble.metrics.intervals import Interval, percentile_interval
+        ``selective`` maps a stage to its ``(auroc, aurc)`` rows ``[R + 1]`` each (row 0 the
+        reported values: :func:`~bensemble.metrics.intervals.selective_intervals`)."""
+        from bensemble.metrics.intervals import selective_intervals
 
         intervals: dict[str, Any] = self.state.compute()
-        level = self.state.level
-        for stage, pair in (selective or {}).items():
-            for name, values in zip(("error_auroc", "aurc"), pair, strict=True):
-                point = reported.get(stage, {}).get(name)
-                ci = percentile_interval(torch.from_numpy(values), level)
-                if point is None or ci is None:
-                    continue
-                intervals[f"{stage}:{name}"] = Interval(
-                    point, ci[0], ci[1], level, "percentile", _COVERS, point, len(values)
-                )
+        for stage, (auroc, aurc) in (selective or {}).items():
+            found = selective_intervals(auroc, aurc, level=self.state.level)
+            intervals.update(
+                {f"{stage}:{name}": iv for name, iv in found.items() if iv is not None}
+            )
         out = []
         for key in _order(self.state.names, self.stages):
             stage, metric = key.split(":", 1)

@@ -26,11 +26,13 @@ over the units (about 0.6 s of CPU for 200,000 samples x 200 replicates; ``pytho
 benchmarks/bench_interval_coverage.py --bundle`` times it with the rest of a report).
 
 Integer weights are resample counts, so replicate ``r`` is exactly the statistic of the data
-repeated ``w[:, r]`` times; row 0 (unit weights) is the point value.
+repeated ``w[:, r]`` times; row 0 (unit weights) is the point value. :func:`selective_intervals`
+turns the rows into percentile intervals, which is also how ``bensemble evaluate`` reports them.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -156,34 +158,54 @@ def _units(c: np.ndarray, err: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 def selective_intervals(
-    confidence: Any,
-    correct: Any,
-    sample_index: Any,
-    n_replicates: int = 200,
-    *,
-    seed: int = 0,
-    level: float = LEVEL,
+    auroc: Any, aurc: Any, *, level: float = LEVEL
 ) -> dict[str, Interval | None]:
-    """Percentile intervals of the misclassification AUROC and the AURC.
+    """Percentile intervals of the misclassification AUROC and the AURC from their replicates.
 
-    Arguments as :func:`selective_replicates`. Returns ``{"error_auroc": Interval | None,
-    "aurc": Interval}``: ``None`` for the AUROC when the data have no error or no correct point.
-    Both cover the population value of the fixed model's ranking (sampling variability of the
-    evaluated points).
+    Args:
+        auroc, aurc: ``[R + 1]`` each, as :func:`selective_replicates` returns them: row 0 the
+            data's value, then ``R >= 1`` replicates (NaN where a replicate has none).
+        level: the intervals' confidence level in ``(0, 1)``.
+
+    Returns:
+        ``{"error_auroc": Interval | None, "aurc": Interval | None}``. A metric gets ``None``
+        rather than an interval when its data value is not finite (an AUROC without an error
+        or without a correct point) or when fewer than half of its replicates are finite:
+        no zero-width interval stands in for a missing one. Both cover the population value
+        of the fixed model's ranking (sampling variability of the evaluated points).
+
+    Example:
+        >>> reps = selective_replicates([0.9, 0.8, 0.7, 0.6] * 25, [1, 1, 0, 1] * 25, range(100))
+        >>> out = selective_intervals(*reps, level=0.9)
+        >>> out["aurc"].low <= out["aurc"].point <= out["aurc"].high
+        True
     """
-    level = check_level(level, "selective_intervals")
-    auroc, aurc = selective_replicates(confidence, correct, sample_index, n_replicates, seed=seed)
+    fn = "selective_intervals"
+    level = check_level(level, fn)
+    rows = {}
+    for name, values in (("auroc", auroc), ("aurc", aurc)):
+        rows[name] = as_float_tensor(values, name, fn, ndim=1, finite=False).to(torch.float64)
+        if rows[name].shape[0] < 2:
+            raise ValueError(
+                f"{fn}: `{name}` must hold the data's value and at least one replicate "
+                f"([R + 1], R >= 1) (got {rows[name].shape[0]} values)"
+            )
+    if rows["auroc"].shape != rows["aurc"].shape:
+        raise ValueError(
+            f"{fn}: `aurc` must have the shape of `auroc` {tuple(rows['auroc'].shape)} "
+            f"(got {tuple(rows['aurc'].shape)})"
+        )
     out: dict[str, Interval | None] = {}
     for name, values, what in (
-        ("error_auroc", auroc, "misclassification AUROC of the score 1 - confidence"),
-        ("aurc", aurc, "area under the risk-coverage curve of the confidence"),
+        ("error_auroc", rows["auroc"], "misclassification AUROC of the score 1 - confidence"),
+        ("aurc", rows["aurc"], "area under the risk-coverage curve of the confidence"),
     ):
         point = float(values[0])
-        if not np.isfinite(point):
+        ci = percentile_interval(values[1:], level) if math.isfinite(point) else None
+        if ci is None:
             out[name] = None
             continue
-        ci = percentile_interval(values[1:], level)
-        low, high = (point, point) if ci is None else ci
         covers = f"the population {what} (the model fixed; sampling variability of the points)"
-        out[name] = Interval(point, low, high, level, "percentile", covers, point, n_replicates)
+        n_replicates = values.shape[0] - 1
+        out[name] = Interval(point, ci[0], ci[1], level, "percentile", covers, point, n_replicates)
     return out
