@@ -592,3 +592,23 @@ def test_module_is_usable_under_no_grad():
         scaler = VectorScaling(4).fit(logits, labels)
         TemperatureScaling().fit(logits, labels)
     assert scaler.converged_
+
+
+@pytest.mark.parametrize("cls", [VectorScaling, MatrixScaling])
+def test_affine_forward_is_the_closed_form_map(cls):
+    """``z * a + b`` and ``z W^T + b`` with set, asymmetric parameters (a transposed ``W``
+    fits as well as the right one, so only a closed form tells them apart)."""
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(6, 3, generator=g)
+    scaler = cls(num_classes=3)
+    bias = torch.tensor([0.5, -1.0, 2.0])
+    if cls is MatrixScaling:
+        scale = torch.tensor([[1.0, 2.0, 0.0], [0.0, 1.0, -3.0], [0.5, 0.0, 1.0]])
+        want = z @ scale.T + bias
+        params = {"weight": scale, "bias": bias}
+    else:
+        scale = torch.tensor([2.0, 0.5, -1.0])
+        want = z * scale + bias
+        params = {"a": scale, "b": bias}
+    scaler.load_state_dict({**scaler.state_dict(), **params})
+    torch.testing.assert_close(scaler(z), want, rtol=1e-6, atol=1e-6)
