@@ -23,12 +23,12 @@ import math
 import torch
 
 from bensemble.metrics.binning._batched import seed_draws
-from bensemble.metrics.binning._coreset import _weighted_lloyd
-from bensemble.metrics.binning._sorted import rows_at
+from bensemble.metrics.binning._sorted import SortedRows, nearest, nearest_from_scratch, rows_at
 
 __all__ = ["INIT_ROWS", "INIT_STEPS", "INIT_RTOL", "FAR_SHARE", "sample", "seed"]
 
-_F64 = torch.float64
+_F32, _F64 = torch.float32, torch.float64
+_ZERO = torch.zeros(())
 #: Rows of the seeding sample (scikit-learn's ``init_size`` default is 3 x 1,024).
 INIT_ROWS = 4096
 #: Share of the sample taken as the rows farthest from the class mean (weight 1 each).
@@ -69,11 +69,12 @@ def sample(x: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, torch.Ten
 def _weighted_dist(xw_t, wx_sq, xs, x_sq, rows, closest):
     """``min(closest, w ||x - xs[rows]||^2)`` as ``[C, T, S]``: one ``baddbmm`` of the
     candidates ``[-2 c, ||c||^2]`` with the weighted rows ``[w x, w]`` (``xw_t [C, H + 1, S]``)
-    plus ``w ||x||^2`` (``wx_sq [C, S]``), so no product with the weights per step."""
+    plus ``w ||x||^2`` (``wx_sq [C, S]``), so no product with the weights per step; the clamp to
+    ``[0, closest]`` is one pass."""
     picked = rows_at(xs, rows)  # [C, T, H]
     cand = torch.cat([picked * -2.0, x_sq.gather(1, rows)[:, :, None]], dim=2)
-    d = torch.baddbmm(wx_sq[:, None, :], cand, xw_t).clamp_min_(0.0)
-    return torch.minimum(d, closest[:, None, :], out=d)
+    d = torch.baddbmm(wx_sq[:, None, :], cand, xw_t)
+    return d.clamp_(min=_ZERO, max=closest[:, None, :])
 
 
 def _kmeans_plusplus(
@@ -103,10 +104,58 @@ def _kmeans_plusplus(
         cand = torch.searchsorted(cum, draws[:, k - 1] * total[:, None], right=True)
         cand.clamp_(max=size - 1)
         trial = _weighted_dist(xw_t, wx_sq, xs, x_sq, cand, closest)  # [C, T, S]
-        best = trial.sum(2, dtype=_F64).argmin(1)
+        best = trial.sum(2).argmin(1)  # float32 potentials (cascade sums): a choice among T
         chosen[:, k] = cand[every, best]
-        closest = trial[every, best]
+        closest = trial.view(groups * n_trials, size).index_select(0, every * n_trials + best)
     return chosen, exhausted
+
+
+def _sample_lloyd(xs, w, start, max_iter: int, tols: list[float], rtol: float) -> torch.Tensor:
+    """Weighted Lloyd on the samples ``xs [C, S, H]`` (weights ``w [C, S]``) of every class at
+    once from ``start [C, M, H]``, on projection-sorted rows (:func:`~._sorted.nearest`, exact):
+    each class stops once the summed squared centroid shift is at most its ``tols`` entry, a step
+    lowers the weighted within-cluster sum of squares by at most ``rtol`` of it, or after
+    ``max_iter`` steps. The weighted sums are recomputed each step (float64). Returns the
+    centres ``[C, M, H]`` (float32)."""
+    rows = SortedRows.build(xs)
+    groups, n_rows, width = rows.x.shape
+    m = start.shape[1]
+    ws = torch.zeros(groups, n_rows, dtype=_F64, device=xs.device)  # padding rows weigh 0
+    ws[:, : rows.n] = w.to(_F64).gather(1, rows.order)
+    xw = rows.x.to(_F64) * ws[:, :, None]
+    x_sq = (rows.sq.to(_F64) * ws).sum(1)
+    labels, dist = nearest_from_scratch(rows, start)
+    centroids, out = start, start.clone()
+    index = torch.arange(groups, device=xs.device)  # original class of each active one
+    tol = torch.tensor(tols, dtype=_F64, device=xs.device)
+    previous = torch.full((groups,), math.inf, dtype=_F64, device=xs.device)
+    for step in range(max_iter):
+        flat = (labels + (torch.arange(labels.shape[0], device=xs.device) * m)[:, None]).view(-1)
+        mass = torch.zeros(flat.numel() // n_rows * m, dtype=_F64, device=xs.device)
+        mass = mass.index_add_(0, flat, ws.view(-1)).view(-1, m)
+        sums = torch.zeros(mass.numel(), width, dtype=_F64, device=xs.device)
+        sums = sums.index_add_(0, flat, xw.view(-1, width)).view(-1, m, width)
+        filled = mass > 0
+        safe = torch.where(filled, mass, 1.0)
+        within = x_sq - torch.where(filled, (sums * sums).sum(2) / safe, 0.0).sum(1)
+        new = torch.where(filled[:, :, None], sums / safe[:, :, None], centroids.to(_F64))
+        new = new.to(start.dtype)
+        move = (new - centroids).to(_F64).pow_(2).sum(2)
+        centroids = new
+        stop = (move.sum(1) <= tol) | (previous - within <= rtol * within.clamp_min(0.0))
+        previous = within
+        done = stop if step < max_iter - 1 else torch.ones_like(stop)
+        out[index[done]] = centroids[done]
+        keep = (~done).nonzero()[:, 0]
+        if keep.numel() == 0:
+            break
+        if keep.numel() < done.numel():
+            rows, ws, xw, x_sq = rows.select(keep), ws[keep], xw[keep], x_sq[keep]
+            labels, dist, centroids, move = labels[keep], dist[keep], centroids[keep], move[keep]
+            index, tol, previous = index[keep], tol[keep], previous[keep]
+        upper = dist.clamp_min(0.0).sqrt_() + move.sqrt_().to(dist.dtype).gather(1, labels)
+        labels, dist = nearest(rows, centroids, upper, labels)
+    return out
 
 
 def seed(
@@ -114,7 +163,7 @@ def seed(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Starting centres of every class of ``x [C, N, H]`` (float32): weighted greedy k-means++
     on each class's :func:`sample` (same generator), then at most :data:`INIT_STEPS` weighted
-    Lloyd steps there.
+    Lloyd steps there (:func:`_sample_lloyd`, all classes at once).
 
     Returns:
         ``(centres [C, M, H] float32, exhausted [C])``; an exhausted class had fewer distinct
@@ -125,7 +174,8 @@ def seed(
     w = torch.stack([s[1] for s in samples])
     chosen, exhausted = _kmeans_plusplus(xs, w, n_clusters, gens)
     start = rows_at(xs, chosen)
-    if INIT_STEPS > 0 and xs.shape[1] < x.shape[1]:
-        for i in (~exhausted).nonzero()[:, 0].tolist():
-            start[i] = _weighted_lloyd(xs[i], w[i], start[i], INIT_STEPS, tols[i], INIT_RTOL)[0]
+    fine = (~exhausted).nonzero()[:, 0]
+    if INIT_STEPS > 0 and xs.shape[1] < x.shape[1] and fine.numel():
+        tol = [tols[i] for i in fine.tolist()]
+        start[fine] = _sample_lloyd(xs[fine], w[fine], start[fine], INIT_STEPS, tol, INIT_RTOL)
     return start, exhausted
