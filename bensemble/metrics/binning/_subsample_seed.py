@@ -22,13 +22,12 @@ import math
 
 import torch
 
-from bensemble.metrics.binning._batched import seed_draws
+from bensemble.metrics.binning._batched import greedy_kmeans_plusplus
 from bensemble.metrics.binning._sorted import SortedRows, nearest, nearest_from_scratch, rows_at
 
 __all__ = ["INIT_ROWS", "INIT_STEPS", "INIT_RTOL", "FAR_SHARE", "sample", "seed"]
 
-_F32, _F64 = torch.float32, torch.float64
-_ZERO = torch.zeros(())
+_F64 = torch.float64
 #: Rows of the seeding sample (scikit-learn's ``init_size`` default is 3 x 1,024).
 INIT_ROWS = 4096
 #: Share of the sample taken as the rows farthest from the class mean (weight 1 each).
@@ -66,48 +65,14 @@ def sample(x: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, torch.Ten
     return x[rows], w
 
 
-def _weighted_dist(xw_t, wx_sq, xs, x_sq, rows, closest):
-    """``min(closest, w ||x - xs[rows]||^2)`` as ``[C, T, S]``: one ``baddbmm`` of the
-    candidates ``[-2 c, ||c||^2]`` with the weighted rows ``[w x, w]`` (``xw_t [C, H + 1, S]``)
-    plus ``w ||x||^2`` (``wx_sq [C, S]``), so no product with the weights per step; the clamp to
-    ``[0, closest]`` is one pass."""
-    picked = rows_at(xs, rows)  # [C, T, H]
-    cand = torch.cat([picked * -2.0, x_sq.gather(1, rows)[:, :, None]], dim=2)
-    d = torch.baddbmm(wx_sq[:, None, :], cand, xw_t)
-    return d.clamp_(min=_ZERO, max=closest[:, None, :])
-
-
 def _kmeans_plusplus(
     xs: torch.Tensor, w: torch.Tensor, n_clusters: int, gens: list[torch.Generator]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Weighted greedy k-means++ for every class of ``xs [C, S, H]`` with weights ``w [C, S]``
-    (``2 + floor(ln M)`` candidates per step drawn with probability ``w * closest``, the one
-    lowering the weighted potential ``sum w * closest`` most kept). Each class draws from its own
-    generator: the result of a class does not depend on the batch. Returns ``([C, M] sample
-    rows, exhausted [C])``."""
-    groups, size, _ = xs.shape
-    n_trials = INIT_TRIALS or 2 + int(math.log(n_clusters))
-    first, draws = seed_draws(gens, size, n_clusters, n_trials, xs.device)
-    x_sq = (xs * xs).sum(2)
-    xw_t = torch.cat([xs * w[:, :, None], w[:, :, None]], dim=2).transpose(1, 2).contiguous()
-    wx_sq = w * x_sq
-    every = torch.arange(groups, device=xs.device)
-    chosen = torch.empty(groups, n_clusters, dtype=torch.int64, device=xs.device)
-    chosen[:, 0] = first
-    closest = torch.full((groups, size), math.inf, dtype=xs.dtype, device=xs.device)
-    closest = _weighted_dist(xw_t, wx_sq, xs, x_sq, chosen[:, :1], closest)[:, 0]  # weighted
-    exhausted = torch.zeros(groups, dtype=torch.bool, device=xs.device)
-    for k in range(1, n_clusters):
-        cum = torch.cumsum(closest, 1, dtype=_F64)
-        total = cum[:, -1]
-        exhausted |= ~(total > 0)
-        cand = torch.searchsorted(cum, draws[:, k - 1] * total[:, None], right=True)
-        cand.clamp_(max=size - 1)
-        trial = _weighted_dist(xw_t, wx_sq, xs, x_sq, cand, closest)  # [C, T, S]
-        best = trial.sum(2).argmin(1)  # float32 potentials (cascade sums): a choice among T
-        chosen[:, k] = cand[every, best]
-        closest = trial.view(groups * n_trials, size).index_select(0, every * n_trials + best)
-    return chosen, exhausted
+    (:func:`~._batched.greedy_kmeans_plusplus`, :data:`INIT_TRIALS` candidates per step). Each
+    class draws from its own generator: the result of a class does not depend on the batch.
+    Returns ``([C, M] sample rows, exhausted [C])``."""
+    return greedy_kmeans_plusplus(xs, n_clusters, gens, weights=w, n_trials=INIT_TRIALS)
 
 
 def _sample_lloyd(xs, w, start, max_iter: int, tols: list[float], rtol: float) -> torch.Tensor:
