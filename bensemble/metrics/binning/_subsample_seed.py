@@ -4,16 +4,20 @@ The exact greedy k-means++ scores ``2 + floor(ln M)`` candidates against every r
 the ``M`` steps: ``O(M ln M N H)``, at N = 50,000 and 200 bins as much CPU as the whole Lloyd
 that follows (``benchmarks/profile_kmeans_classwise.py``). As scikit-learn's
 :class:`~sklearn.cluster.MiniBatchKMeans` does with ``init_size``, the classwise path seeds on a
-uniform subsample of :func:`init_rows` rows of each class (drawn from the class's generator, so
-deterministic for a fixed seed), runs a few Lloyd steps there (:data:`INIT_STEPS`), and hands
-those centres to Lloyd over every row (:mod:`~bensemble.metrics.binning._sorted`). The seeds
-differ from the per-class fit's; the within-bin sum of squares stays close to it
+sample of :data:`INIT_ROWS` rows of each class (:func:`sample`: stratified, drawn from the
+class's generator, so deterministic for a fixed seed): weighted greedy k-means++
+(:func:`~._batched.greedy_kmeans_plusplus`, float32 potentials of the candidates), then at most
+:data:`INIT_STEPS` weighted Lloyd steps there (:func:`_sample_lloyd`: all classes of a chunk at
+once on projection-sorted rows, exact nearest centres, float64 sums), and hands those centres to
+Lloyd over every row (:mod:`~bensemble.metrics.binning._sorted`). The seeds differ from the
+per-class fit's; the within-bin sum of squares stays close to it
 (``benchmarks/bench_eece_classwise.py`` prints the ratio per class;
-``tests/metrics/binning/test_classes.py`` bounds it on a fixed case).
+``tests/metrics/binning/test_coreset.py`` bounds it on a fixed case).
 
-Every class is seeded by the batched dense kernels (:func:`~._batched._seed_batch`), which give
-each class what it would get alone, bit for bit, whatever the batch: the result does not depend
-on how the classes are chunked.
+A class's seeds do not depend on the classes it is batched with: each class draws from its own
+generator, and every batched kernel computes a class as it would alone (the sorted nearest
+search is exact), so the result does not depend on how the classes are chunked
+(``tests/metrics/binning/test_subsample_seed.py``).
 """
 
 from __future__ import annotations
