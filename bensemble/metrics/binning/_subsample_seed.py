@@ -99,11 +99,12 @@ def _sample_lloyd(xs, w, start, max_iter: int, tols: list[float], rtol: float) -
     tol = torch.tensor(tols, dtype=_F64, device=xs.device)
     previous = torch.full((groups,), math.inf, dtype=_F64, device=xs.device)
     for step in range(max_iter):
-        flat = (labels + (torch.arange(labels.shape[0], device=xs.device) * m)[:, None]).view(-1)
-        mass = torch.zeros(flat.numel() // n_rows * m, dtype=_F64, device=xs.device)
-        mass = mass.index_add_(0, flat, ws.view(-1)).view(-1, m)
-        sums = torch.zeros(mass.numel(), width, dtype=_F64, device=xs.device)
-        sums = sums.index_add_(0, flat, xw.view(-1, width)).view(-1, m, width)
+        active = labels.shape[0]
+        flat = (labels + (torch.arange(active, device=xs.device) * m)[:, None]).view(-1)
+        mass = torch.zeros(active * m, dtype=_F64, device=xs.device)
+        mass = mass.index_add_(0, flat, ws.view(-1)).view(active, m)
+        sums = torch.zeros(active * m, width, dtype=_F64, device=xs.device)
+        sums = sums.index_add_(0, flat, xw.view(-1, width)).view(active, m, width)
         filled = mass > 0
         safe = torch.where(filled, mass, 1.0)
         within = x_sq - torch.where(filled, (sums * sums).sum(2) / safe, 0.0).sum(1)
