@@ -57,9 +57,10 @@ from the class's own generator, stratified - the 3,072 rows farthest from the cl
 confident predictions that the optimal cells isolate: on the ImageNet-like classes at K = 1000
 a uniform 4,096-row sample left the fitted inertia ~200x the exact fit's, a lightweight coreset
 5-9x) at weight 1, and a uniform draw of 1,024 of the rest, each standing for its share - then
-weighted greedy k-means++ and at most 30 weighted Lloyd steps on that sample. The exact seeding
-on every row (``O(B log B N H)``) cost as much CPU as the rest of the fit; on the sample it
-takes 10-25 ms per class at 141-200 bins (one thread). Lloyd then runs for all classes of a
+weighted greedy k-means++ and at most 30 weighted Lloyd steps on that sample (those for all
+classes of a chunk at once, on sorted rows as below). The exact seeding on every row
+(``O(B log B N H)``) cost as much CPU as the rest of the fit; on the sample it takes 10-20 ms
+per class at 141-200 bins (one thread). Lloyd then runs for all classes of a
 chunk at once on rows sorted by their projection on the diagonal
 (:mod:`~bensemble.metrics.binning._sorted`): an ensemble's member vectors lie near the diagonal,
 so a block of rows can only be nearest to the few centroids whose projection is close - a
@@ -68,7 +69,7 @@ approximation: the argmin of the dense product, up to rounding-level ties), and 
 are updated from the rows that moved. Lloyd stops, per class, once a step lowers the inertia by
 at most ``lloyd_rtol = 3e-4`` of it. The bins therefore differ from a loop of binary EECEs'
 (another seeding), with the within-bin sum of squares close to it (on
-``benchmarks/bench_eece_classwise.py``'s data mean -0.2% to +0.4%, worst class +2.4% to +6.6%,
+``benchmarks/bench_eece_classwise.py``'s data mean -0.3% to +0.4%, worst class +2.4% to +6.6%,
 where the exact fit's own reseeding gives up to +6.9%; bounded against the exact fit in
 ``tests/metrics/binning/test_coreset.py``); a class's bins do not depend on the other classes, the
 chunking or the thread count, and ``bensemble evaluate``'s streamed fit gives the same centroids.

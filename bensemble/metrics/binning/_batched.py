@@ -21,7 +21,7 @@ import torch
 from bensemble.metrics.binning._lloyd import _within
 from bensemble.metrics.binning._nearest import _chunk_rows
 
-__all__ = ["_seed_batch", "_lloyd_batch", "seed_draws"]
+__all__ = ["_seed_batch", "_lloyd_batch", "greedy_kmeans_plusplus", "seed_draws"]
 
 _F64 = torch.float64
 
@@ -70,20 +70,63 @@ def seed_draws(
     return first, draws.to(device)
 
 
-def _seed_batch(x: torch.Tensor, n_clusters: int, gens: list[torch.Generator]):
-    """Greedy k-means++ for every class of ``x [C, n, H]`` (float32). Returns the ``[C, M]`` row
-    indices and a ``[C]`` mask of the classes whose seeding ran out of distinct rows (those must
-    be refitted alone)."""
+def _weighted_dist(xw_t, wx_sq, x, x_sq, rows, closest):
+    """``min(closest, w ||x - x[rows]||^2)`` as ``[C, T, S]``: one ``baddbmm`` of the
+    candidates ``[-2 c, ||c||^2]`` with the weighted rows ``[w x, w]`` (``xw_t [C, H + 1, S]``)
+    plus ``w ||x||^2`` (``wx_sq [C, S]``), so no product with the weights per step; the clamp to
+    ``[0, closest]`` is one pass."""
+    picked = x.gather(1, rows[:, :, None].expand(-1, -1, x.shape[2]))  # [C, T, H]
+    cand = torch.cat([picked * -2.0, x_sq.gather(1, rows)[:, :, None]], dim=2)
+    d = torch.baddbmm(wx_sq[:, None, :], cand, xw_t)
+    return d.clamp_(min=torch.zeros((), dtype=d.dtype), max=closest[:, None, :])
+
+
+def greedy_kmeans_plusplus(
+    x: torch.Tensor,
+    n_clusters: int,
+    gens: list[torch.Generator],
+    weights: torch.Tensor | None = None,
+    n_trials: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy k-means++ for every class of ``x [C, n, H]`` (float32), each class from its own
+    generator (:func:`seed_draws`): at each step ``n_trials`` candidates (default ``2 +
+    floor(ln M)``) drawn with probability proportional to ``w * closest``, the one lowering the
+    potential ``sum w * closest`` most kept.
+
+    Without ``weights`` every class gets what :func:`~._lloyd._kmeans_plusplus` gives it alone,
+    bit for bit (same distances, float64 potentials). With ``weights [C, n]`` (the classwise
+    path's weighted sample, :mod:`~._subsample_seed`) the distances come weighted from one
+    product and the ``T`` potentials are float32 sums (a choice among ``T`` candidates).
+
+    Returns:
+        ``([C, M] row indices, exhausted [C])``: an exhausted class ran out of distinct rows
+        (refit it alone).
+    """
     n_cls, n, _ = x.shape
-    n_trials = 2 + int(math.log(n_clusters))
+    n_trials = n_trials or 2 + int(math.log(n_clusters))
     first, draws = seed_draws(gens, n, n_clusters, n_trials, x.device)
     x_sq = (x * x).sum(2)
-    x_t = x.transpose(1, 2).contiguous()
+    if weights is None:
+        x_t = x.transpose(1, 2).contiguous()
+
+        def distances(rows, closest):
+            return _candidate_dist(x, x_t, x_sq, rows, closest)
+
+        potential = _F64
+    else:
+        xw_t = torch.cat([x * weights[:, :, None], weights[:, :, None]], dim=2)
+        xw_t = xw_t.transpose(1, 2).contiguous()
+        wx_sq = weights * x_sq
+
+        def distances(rows, closest):
+            return _weighted_dist(xw_t, wx_sq, x, x_sq, rows, closest)
+
+        potential = x.dtype  # cascade float32 sums
     every = torch.arange(n_cls, device=x.device)
     chosen = torch.empty(n_cls, n_clusters, dtype=torch.int64, device=x.device)
     chosen[:, 0] = first
     closest = torch.full((n_cls, n), math.inf, dtype=x.dtype, device=x.device)
-    closest = _candidate_dist(x, x_t, x_sq, chosen[:, :1], closest)[:, 0]
+    closest = distances(chosen[:, :1], closest)[:, 0]
     exhausted = torch.zeros(n_cls, dtype=torch.bool, device=x.device)
     for k in range(1, n_clusters):
         cum = torch.cumsum(closest, 1, dtype=_F64)
@@ -91,11 +134,17 @@ def _seed_batch(x: torch.Tensor, n_clusters: int, gens: list[torch.Generator]):
         exhausted |= ~(total > 0)
         candidates = torch.searchsorted(cum, draws[:, k - 1] * total[:, None], right=True)
         candidates.clamp_(max=n - 1)
-        trial = _candidate_dist(x, x_t, x_sq, candidates, closest)
-        best = trial.sum(2, dtype=_F64).argmin(1)
+        trial = distances(candidates, closest)  # [C, T, n]
+        best = trial.sum(2, dtype=potential).argmin(1)
         chosen[:, k] = candidates[every, best]
-        closest = trial[every, best]
+        closest = trial.view(n_cls * n_trials, n).index_select(0, every * n_trials + best)
     return chosen, exhausted
+
+
+def _seed_batch(x: torch.Tensor, n_clusters: int, gens: list[torch.Generator]):
+    """Greedy k-means++ for every class of ``x [C, n, H]`` (float32), bit-identical per class to
+    :func:`~._lloyd._kmeans_plusplus`: :func:`greedy_kmeans_plusplus` without weights."""
+    return greedy_kmeans_plusplus(x, n_clusters, gens)
 
 
 def _lloyd_batch(

@@ -8,7 +8,8 @@ out:
   intra-op barriers, all cores busy.
 * **Seeding** - with the classwise rule (``lloyd_rtol > 0``, the default) weighted greedy
   k-means++ and a few weighted Lloyd steps on a stratified 4,096-row sample of each class
-  (:mod:`~._subsample_seed`, batched over the chunk, each class from its own generator); with
+  (:mod:`~._subsample_seed`, batched over the chunk, each class from its own generator; the
+  sample Lloyd on projection-sorted rows like the Lloyd below); with
   ``lloyd_rtol=0`` (the exact fit) greedy k-means++ on every row, per class or batched for small
   classes (:func:`~._batched._seed_batch`, bit-identical to the per-class seeding).
 * **Lloyd** - with ``lloyd_rtol > 0``, one Lloyd over all classes of a chunk on

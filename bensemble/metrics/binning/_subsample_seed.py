@@ -4,16 +4,20 @@ The exact greedy k-means++ scores ``2 + floor(ln M)`` candidates against every r
 the ``M`` steps: ``O(M ln M N H)``, at N = 50,000 and 200 bins as much CPU as the whole Lloyd
 that follows (``benchmarks/profile_kmeans_classwise.py``). As scikit-learn's
 :class:`~sklearn.cluster.MiniBatchKMeans` does with ``init_size``, the classwise path seeds on a
-uniform subsample of :func:`init_rows` rows of each class (drawn from the class's generator, so
-deterministic for a fixed seed), runs a few Lloyd steps there (:data:`INIT_STEPS`), and hands
-those centres to Lloyd over every row (:mod:`~bensemble.metrics.binning._sorted`). The seeds
-differ from the per-class fit's; the within-bin sum of squares stays close to it
+sample of :data:`INIT_ROWS` rows of each class (:func:`sample`: stratified, drawn from the
+class's generator, so deterministic for a fixed seed): weighted greedy k-means++
+(:func:`~._batched.greedy_kmeans_plusplus`, float32 potentials of the candidates), then at most
+:data:`INIT_STEPS` weighted Lloyd steps there (:func:`_sample_lloyd`: all classes of a chunk at
+once on projection-sorted rows, exact nearest centres, float64 sums), and hands those centres to
+Lloyd over every row (:mod:`~bensemble.metrics.binning._sorted`). The seeds differ from the
+per-class fit's; the within-bin sum of squares stays close to it
 (``benchmarks/bench_eece_classwise.py`` prints the ratio per class;
-``tests/metrics/binning/test_classes.py`` bounds it on a fixed case).
+``tests/metrics/binning/test_coreset.py`` bounds it on a fixed case).
 
-Every class is seeded by the batched dense kernels (:func:`~._batched._seed_batch`), which give
-each class what it would get alone, bit for bit, whatever the batch: the result does not depend
-on how the classes are chunked.
+A class's seeds do not depend on the classes it is batched with: each class draws from its own
+generator, and every batched kernel computes a class as it would alone (the sorted nearest
+search is exact), so the result does not depend on how the classes are chunked
+(``tests/metrics/binning/test_subsample_seed.py``).
 """
 
 from __future__ import annotations
@@ -22,9 +26,8 @@ import math
 
 import torch
 
-from bensemble.metrics.binning._batched import seed_draws
-from bensemble.metrics.binning._coreset import _weighted_lloyd
-from bensemble.metrics.binning._sorted import rows_at
+from bensemble.metrics.binning._batched import greedy_kmeans_plusplus
+from bensemble.metrics.binning._sorted import SortedRows, nearest, nearest_from_scratch, rows_at
 
 __all__ = ["INIT_ROWS", "INIT_STEPS", "INIT_RTOL", "FAR_SHARE", "sample", "seed"]
 
@@ -66,47 +69,63 @@ def sample(x: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, torch.Ten
     return x[rows], w
 
 
-def _weighted_dist(xw_t, wx_sq, xs, x_sq, rows, closest):
-    """``min(closest, w ||x - xs[rows]||^2)`` as ``[C, T, S]``: one ``baddbmm`` of the
-    candidates ``[-2 c, ||c||^2]`` with the weighted rows ``[w x, w]`` (``xw_t [C, H + 1, S]``)
-    plus ``w ||x||^2`` (``wx_sq [C, S]``), so no product with the weights per step."""
-    picked = rows_at(xs, rows)  # [C, T, H]
-    cand = torch.cat([picked * -2.0, x_sq.gather(1, rows)[:, :, None]], dim=2)
-    d = torch.baddbmm(wx_sq[:, None, :], cand, xw_t).clamp_min_(0.0)
-    return torch.minimum(d, closest[:, None, :], out=d)
-
-
 def _kmeans_plusplus(
     xs: torch.Tensor, w: torch.Tensor, n_clusters: int, gens: list[torch.Generator]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Weighted greedy k-means++ for every class of ``xs [C, S, H]`` with weights ``w [C, S]``
-    (``2 + floor(ln M)`` candidates per step drawn with probability ``w * closest``, the one
-    lowering the weighted potential ``sum w * closest`` most kept). Each class draws from its own
-    generator: the result of a class does not depend on the batch. Returns ``([C, M] sample
-    rows, exhausted [C])``."""
-    groups, size, _ = xs.shape
-    n_trials = INIT_TRIALS or 2 + int(math.log(n_clusters))
-    first, draws = seed_draws(gens, size, n_clusters, n_trials, xs.device)
-    x_sq = (xs * xs).sum(2)
-    xw_t = torch.cat([xs * w[:, :, None], w[:, :, None]], dim=2).transpose(1, 2).contiguous()
-    wx_sq = w * x_sq
-    every = torch.arange(groups, device=xs.device)
-    chosen = torch.empty(groups, n_clusters, dtype=torch.int64, device=xs.device)
-    chosen[:, 0] = first
-    closest = torch.full((groups, size), math.inf, dtype=xs.dtype, device=xs.device)
-    closest = _weighted_dist(xw_t, wx_sq, xs, x_sq, chosen[:, :1], closest)[:, 0]  # weighted
-    exhausted = torch.zeros(groups, dtype=torch.bool, device=xs.device)
-    for k in range(1, n_clusters):
-        cum = torch.cumsum(closest, 1, dtype=_F64)
-        total = cum[:, -1]
-        exhausted |= ~(total > 0)
-        cand = torch.searchsorted(cum, draws[:, k - 1] * total[:, None], right=True)
-        cand.clamp_(max=size - 1)
-        trial = _weighted_dist(xw_t, wx_sq, xs, x_sq, cand, closest)  # [C, T, S]
-        best = trial.sum(2, dtype=_F64).argmin(1)
-        chosen[:, k] = cand[every, best]
-        closest = trial[every, best]
-    return chosen, exhausted
+    (:func:`~._batched.greedy_kmeans_plusplus`, :data:`INIT_TRIALS` candidates per step). Each
+    class draws from its own generator: the result of a class does not depend on the batch.
+    Returns ``([C, M] sample rows, exhausted [C])``."""
+    return greedy_kmeans_plusplus(xs, n_clusters, gens, weights=w, n_trials=INIT_TRIALS)
+
+
+def _sample_lloyd(xs, w, start, max_iter: int, tols: list[float], rtol: float) -> torch.Tensor:
+    """Weighted Lloyd on the samples ``xs [C, S, H]`` (weights ``w [C, S]``) of every class at
+    once from ``start [C, M, H]``, on projection-sorted rows (:func:`~._sorted.nearest`, exact):
+    each class stops once the summed squared centroid shift is at most its ``tols`` entry, a step
+    lowers the weighted within-cluster sum of squares by at most ``rtol`` of it, or after
+    ``max_iter`` steps. The weighted sums are recomputed each step (float64). Returns the
+    centres ``[C, M, H]`` (float32)."""
+    rows = SortedRows.build(xs)
+    groups, n_rows, width = rows.x.shape
+    m = start.shape[1]
+    ws = torch.zeros(groups, n_rows, dtype=_F64, device=xs.device)  # padding rows weigh 0
+    ws[:, : rows.n] = w.to(_F64).gather(1, rows.order)
+    xw = rows.x.to(_F64) * ws[:, :, None]
+    x_sq = (rows.sq.to(_F64) * ws).sum(1)
+    labels, dist = nearest_from_scratch(rows, start)
+    centroids, out = start, start.clone()
+    index = torch.arange(groups, device=xs.device)  # original class of each active one
+    tol = torch.tensor(tols, dtype=_F64, device=xs.device)
+    previous = torch.full((groups,), math.inf, dtype=_F64, device=xs.device)
+    for step in range(max_iter):
+        active = labels.shape[0]
+        flat = (labels + (torch.arange(active, device=xs.device) * m)[:, None]).view(-1)
+        mass = torch.zeros(active * m, dtype=_F64, device=xs.device)
+        mass = mass.index_add_(0, flat, ws.view(-1)).view(active, m)
+        sums = torch.zeros(active * m, width, dtype=_F64, device=xs.device)
+        sums = sums.index_add_(0, flat, xw.view(-1, width)).view(active, m, width)
+        filled = mass > 0
+        safe = torch.where(filled, mass, 1.0)
+        within = x_sq - torch.where(filled, (sums * sums).sum(2) / safe, 0.0).sum(1)
+        new = torch.where(filled[:, :, None], sums / safe[:, :, None], centroids.to(_F64))
+        new = new.to(start.dtype)
+        move = (new - centroids).to(_F64).pow_(2).sum(2)
+        centroids = new
+        stop = (move.sum(1) <= tol) | (previous - within <= rtol * within.clamp_min(0.0))
+        previous = within
+        done = stop if step < max_iter - 1 else torch.ones_like(stop)
+        out[index[done]] = centroids[done]
+        keep = (~done).nonzero()[:, 0]
+        if keep.numel() == 0:
+            break
+        if keep.numel() < done.numel():
+            rows, ws, xw, x_sq = rows.select(keep), ws[keep], xw[keep], x_sq[keep]
+            labels, dist, centroids, move = labels[keep], dist[keep], centroids[keep], move[keep]
+            index, tol, previous = index[keep], tol[keep], previous[keep]
+        upper = dist.clamp_min(0.0).sqrt_() + move.sqrt_().to(dist.dtype).gather(1, labels)
+        labels, dist = nearest(rows, centroids, upper, labels)
+    return out
 
 
 def seed(
@@ -114,7 +133,7 @@ def seed(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Starting centres of every class of ``x [C, N, H]`` (float32): weighted greedy k-means++
     on each class's :func:`sample` (same generator), then at most :data:`INIT_STEPS` weighted
-    Lloyd steps there.
+    Lloyd steps there (:func:`_sample_lloyd`, all classes at once).
 
     Returns:
         ``(centres [C, M, H] float32, exhausted [C])``; an exhausted class had fewer distinct
@@ -125,7 +144,8 @@ def seed(
     w = torch.stack([s[1] for s in samples])
     chosen, exhausted = _kmeans_plusplus(xs, w, n_clusters, gens)
     start = rows_at(xs, chosen)
-    if INIT_STEPS > 0 and xs.shape[1] < x.shape[1]:
-        for i in (~exhausted).nonzero()[:, 0].tolist():
-            start[i] = _weighted_lloyd(xs[i], w[i], start[i], INIT_STEPS, tols[i], INIT_RTOL)[0]
+    fine = (~exhausted).nonzero()[:, 0]
+    if INIT_STEPS > 0 and xs.shape[1] < x.shape[1] and fine.numel():
+        tol = [tols[i] for i in fine.tolist()]
+        start[fine] = _sample_lloyd(xs[fine], w[fine], start[fine], INIT_STEPS, tol, INIT_RTOL)
     return start, exhausted

@@ -88,3 +88,26 @@ def test_seeding_reports_classes_out_of_distinct_rows():
     x[1] = base.repeat(x.shape[1] // 4, 1)  # 4 distinct, exactly representable rows
     _, flags = SS.seed(x, 10, [torch.Generator().manual_seed(0) for _ in range(2)], [0.0, 0.0])
     assert flags.tolist() == [False, True]
+
+
+def test_sample_lloyd_is_the_dense_weighted_lloyd_of_each_class():
+    # the batched sample Lloyd on sorted rows against the per-class dense weighted Lloyd
+    # (_coreset._weighted_lloyd: same stopping rules, dense float32 distances, float64 sums)
+    # from the same seeds: the same centres up to float32 rounding of the means
+    from bensemble.metrics.binning._coreset import _weighted_lloyd
+
+    x = _classes(n=5000, classes=3)
+    gens = [torch.Generator().manual_seed(2) for _ in range(3)]
+    samples = [SS.sample(x[i], g) for i, g in enumerate(gens)]
+    xs = torch.stack([s[0] for s in samples])
+    w = torch.stack([s[1] for s in samples])
+    assert not torch.all(w == 1)  # weighted: the drawn rows stand for the rest
+    chosen, flags = SS._kmeans_plusplus(xs, w, 25, gens)
+    assert not flags.any()
+    start = torch.stack([xs[i][chosen[i]] for i in range(3)])
+    tols = [1e-9, 0.0, 1e-7]
+    got = SS._sample_lloyd(xs, w, start, 30, tols, SS.INIT_RTOL)
+    for i in range(3):
+        want, _, _ = _weighted_lloyd(xs[i], w[i], start[i], 30, tols[i], SS.INIT_RTOL)
+        assert torch.allclose(got[i], want, rtol=1e-5, atol=1e-6)
+        assert not torch.allclose(got[i], start[i], rtol=1e-5, atol=1e-6)  # it moved
