@@ -56,14 +56,26 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{printable_text(self.prog)}: error: {printable_text(message)}\n")
 
 
-#: Sub-commands: the module that registers each, its function, and a one-line help for the
-#: stand-in registered when another command runs.
+#: Sub-commands: the module that holds each one's description and arguments, their names
+#: there, and the one-line help ``bensemble --help`` lists (said here only, so that a command
+#: that is not imported still shows it).
 COMMANDS = {
-    "demo": ("bensemble.app.demo", "add_demo_parser", "train the paper's methods and report"),
-    "evaluate": ("bensemble.app.evaluate", "add_evaluate_parser", "score saved predictions"),
+    "demo": (
+        "bensemble.app.demo",
+        "DEMO_DESCRIPTION",
+        "add_demo_arguments",
+        "train the paper's methods on embedded data (toy Gaussians, digits) and report",
+    ),
+    "evaluate": (
+        "bensemble.app.evaluate.cli",
+        "EVALUATE_DESCRIPTION",
+        "add_evaluate_arguments",
+        "score saved predictions: metrics, uncertainty, scaling, conformal sets",
+    ),
     "reproduce": (
         "bensemble.experiments.reproduce",
-        "add_reproduce_parser",
+        "REPRODUCE_DESCRIPTION",
+        "add_reproduce_arguments",
         "reproduce an experiment of the epistemic-calibration paper",
     ),
 }
@@ -84,11 +96,13 @@ def _build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"bensemble {bensemble.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = next((a for a in argv if not a.startswith("-")), None)
-    for name, (module, function, summary) in COMMANDS.items():
+    for name, (module, description, arguments, summary) in COMMANDS.items():
         if chosen in COMMANDS and name != chosen:
             sub.add_parser(name, help=summary)
-        else:
-            getattr(importlib.import_module(module), function)(sub)
+            continue
+        loaded = importlib.import_module(module)
+        p = sub.add_parser(name, help=summary, description=getattr(loaded, description))
+        getattr(loaded, arguments)(p)
     return parser
 
 

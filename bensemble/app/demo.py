@@ -89,10 +89,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALPHA",
+    "DEMO_DESCRIPTION",
     "ONE_VS_ALL_DIGIT",
     "DemoConfig",
     "DemoResult",
-    "add_demo_parser",
+    "add_demo_arguments",
     "run_demo",
     "run_demo_command",
 ]
@@ -287,16 +288,18 @@ def _emit(
 
 
 # ----------------------------------------------------------------------------- command line
-def add_demo_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register the ``demo`` sub-command on ``sub`` (from ``add_subparsers``)."""
-    p = sub.add_parser(
-        "demo",
-        help="train the paper's methods on embedded data (toy Gaussians, digits) and report",
-        description="Train the epistemic-calibration paper's methods on the toy Gaussians and on "
-        "scikit-learn's digits, temperature-scale on a calibration split, and report accuracy, "
-        "NLL, Brier, ECE, EECE (and TECE on the toy data) before and after scaling, with "
-        f"conformal coverage and set size at alpha = {ALPHA}. Writes tables and figures to --out.",
-    )
+#: The ``bensemble demo`` description (``bensemble demo --help``).
+DEMO_DESCRIPTION = (
+    "Train the epistemic-calibration paper's methods on the toy Gaussians and on "
+    "scikit-learn's digits, temperature-scale on a calibration split, and report accuracy, "
+    "NLL, Brier, ECE, EECE (and TECE on the toy data) before and after scaling, with "
+    f"conformal coverage and set size at alpha = {ALPHA}. Writes tables and figures to --out."
+)
+
+
+def add_demo_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the ``demo`` sub-command's arguments to ``p`` (:mod:`bensemble.cli` registers the
+    command, with :data:`DEMO_DESCRIPTION`); returns ``p``."""
     p.add_argument("--quick", action="store_true", help="a sub-30-second version (for tests)")
     p.add_argument("--seed", type=int, default=0, help="seed of data, training and sampling (0)")
     p.add_argument("--out", default="bensemble-report", help="report folder (bensemble-report)")

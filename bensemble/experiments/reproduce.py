@@ -26,9 +26,10 @@ if TYPE_CHECKING:  # the runners (torch, scikit-learn) load only when an experim
 
 __all__ = [
     "EXPERIMENTS",
+    "REPRODUCE_DESCRIPTION",
     "DataDirError",
     "DataUnavailableError",
-    "add_reproduce_parser",
+    "add_reproduce_arguments",
     "reproduce",
     "run_reproduce",
     "runner",
@@ -88,16 +89,19 @@ def reproduce(name: str, options: RunOptions | None = None, **kwargs: Any) -> Ex
         del OPEN_REPORTS[opened:]
 
 
-def add_reproduce_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register the ``reproduce`` sub-command on ``sub`` (from ``add_subparsers``)."""
-    listing = "; ".join(f"{k}: {d}" for k, (_, _, d) in EXPERIMENTS.items())
-    p = sub.add_parser(
-        "reproduce",
-        help="reproduce an experiment of the epistemic-calibration paper",
-        description=f"Reproduce one of the paper's experiments ({listing}). Prints the table "
-        "with the paper's value beside ours and writes tables (Markdown, CSV, JSON) and PNG "
-        "figures to OUT/EXPERIMENT/.",
-    )
+#: The ``bensemble reproduce`` description (``bensemble reproduce --help``).
+REPRODUCE_DESCRIPTION = (
+    "Reproduce one of the paper's experiments ("
+    + "; ".join(f"{k}: {d}" for k, (_, _, d) in EXPERIMENTS.items())
+    + "). Prints the table "
+    "with the paper's value beside ours and writes tables (Markdown, CSV, JSON) and PNG "
+    "figures to OUT/EXPERIMENT/."
+)
+
+
+def add_reproduce_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the ``reproduce`` sub-command's arguments to ``p`` (:mod:`bensemble.cli` registers the
+    command, with :data:`REPRODUCE_DESCRIPTION`); returns ``p``."""
     p.add_argument(
         "experiment",
         choices=list(EXPERIMENTS),

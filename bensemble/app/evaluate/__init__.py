@@ -56,7 +56,7 @@ from typing import Any
 __all__ = [
     "Evaluation",
     "EvaluateOptions",
-    "add_evaluate_parser",
+    "add_evaluate_arguments",
     "evaluate_predictions",
     "evaluate_shards",
     "planned_files",
@@ -68,7 +68,7 @@ __all__ = [
 _WHERE = {
     "Evaluation": "evaluation",
     "EvaluateOptions": "options",
-    "add_evaluate_parser": "cli",
+    "add_evaluate_arguments": "cli",
     "evaluate_predictions": "api",
     "evaluate_shards": "api",
     "planned_files": "write",

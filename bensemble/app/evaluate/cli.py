@@ -19,7 +19,7 @@ import time
 import warnings
 from pathlib import Path
 
-__all__ = ["add_evaluate_parser", "run_evaluate"]
+__all__ = ["add_evaluate_arguments", "run_evaluate"]
 
 PROG = "bensemble evaluate"
 DEFAULT_OUT = "bensemble-report"
@@ -50,19 +50,21 @@ def _positive_int_option(value: str) -> int:
     return n
 
 
-def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register the ``evaluate`` sub-command on ``sub`` (from ``add_subparsers``)."""
-    p = sub.add_parser(
-        "evaluate",
-        help="score saved predictions: metrics, uncertainty, scaling, conformal sets",
-        description="Score saved member predictions against labels. PREDICTIONS is [M, N, K] "
-        "(M members, N samples, K classes) or [N, K] for one model, as .npy (memory-mapped, "
-        "read a chunk at a time), .npz (file.npz:key to pick an array), .pt (torch.load "
-        "weights_only=True) or a header-less .csv (N rows x K columns; for M members stack them "
-        "as M*N rows and pass --members M). Several PREDICTIONS files (or a quoted glob) are "
-        "shards of one dataset, in the order given. LABELS are N integers (one file, or one "
-        "per shard).",
-    )
+#: The ``bensemble evaluate`` description (``bensemble evaluate --help``).
+EVALUATE_DESCRIPTION = (
+    "Score saved member predictions against labels. PREDICTIONS is [M, N, K] "
+    "(M members, N samples, K classes) or [N, K] for one model, as .npy (memory-mapped, "
+    "read a chunk at a time), .npz (file.npz:key to pick an array), .pt (torch.load "
+    "weights_only=True) or a header-less .csv (N rows x K columns; for M members stack them "
+    "as M*N rows and pass --members M). Several PREDICTIONS files (or a quoted glob) are "
+    "shards of one dataset, in the order given. LABELS are N integers (one file, or one "
+    "per shard)."
+)
+
+
+def add_evaluate_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the ``evaluate`` sub-command's arguments to ``p`` (:mod:`bensemble.cli` registers the
+    command, with :data:`EVALUATE_DESCRIPTION`); returns ``p``."""
     p.add_argument(
         "predictions", nargs="+", metavar="PREDICTIONS", help="member probabilities or logits"
     )
