@@ -50,7 +50,7 @@ _F64 = torch.float64
 #: Rows per block (a block is scored against one window of centroids).
 BLOCK = 256
 #: Window widths tried for the bulk pass (the smallest covering 90% of the blocks is used).
-WIDTHS = (8, 16, 32, 64)
+WIDTHS = (4, 8, 16, 32, 64)
 #: Bound on score elements per batched product (``blocks x window x rows``): cache-sized pieces.
 _PIECE = 1 << 20
 
@@ -164,8 +164,12 @@ def _score_blocks(xb, sqb, cs_flat, csq_flat, start, w, guess):
     ``[P, w, B]`` so that the minimum is a reduction along a strided axis (an argmin over a short
     last axis costs ~10x more per score)."""
     cand = start[:, None] + torch.arange(w, device=start.device)  # [P, w]
+    flat = cand.view(-1)
     scores = torch.baddbmm(
-        csq_flat[cand][:, :, None], cs_flat[cand], xb.transpose(1, 2), alpha=-2.0
+        csq_flat.index_select(0, flat).view(-1, w, 1),
+        cs_flat.index_select(0, flat).view(-1, w, xb.shape[2]),
+        xb.transpose(1, 2),
+        alpha=-2.0,
     )  # [P, w, B]
     best = scores.amin(dim=1)  # [P, B]
     pos = guess - start[:, None]
@@ -214,29 +218,40 @@ def nearest(
     sqb = rows.sq.view(groups * nb, block)
     picked = torch.empty(groups * nb, block, dtype=torch.int64, device=lo.device)
     dist = torch.empty(groups * nb, block, dtype=rows.x.dtype, device=lo.device)
-    covered = torch.zeros(groups * nb, dtype=torch.bool, device=lo.device)
-    # the bulk: every block against the smallest window covering 90% of them; then wider ones
-    widths = [w for w in WIDTHS if w < m] + [m]
-    bulk = next((w for w in widths if float((span <= w).double().mean()) >= 0.9), m)
-    for w in [bulk] + [w for w in widths if w > bulk]:
-        todo = (~covered).nonzero()[:, 0] if w > bulk else None
-        if todo is not None and todo.numel() == 0:
-            break
-        count = groups * nb if todo is None else todo.numel()
+    # every block in the narrowest bucket covering its window, one batched product per bucket
+    widths, bucket = _buckets(span, m)
+    for j, w in enumerate(widths):
+        todo = (bucket == j).nonzero()[:, 0]
         step = max(1, _PIECE // (w * block))
-        for a in range(0, count, step):
-            idx = slice(a, a + step) if todo is None else todo[a : a + step]
+        for a in range(0, todo.numel(), step):
+            idx = todo[a : a + step]
             start = torch.minimum(lo_flat[idx], _last_window(lo_flat[idx], m, w))
-            pos, d2 = _score_blocks(xb[idx], sqb[idx], cs_flat, csq_flat, start, w, guess_flat[idx])
-            picked[idx], dist[idx] = pos, d2
-            covered[idx] = span[idx] <= w
+            pos, d2 = _score_blocks(
+                xb.index_select(0, idx),
+                sqb.index_select(0, idx),
+                cs_flat,
+                csq_flat,
+                start,
+                w,
+                guess_flat.index_select(0, idx),
+            )
+            picked.index_copy_(0, idx, pos)
+            dist.index_copy_(0, idx, d2)
     # identical centroids sit next to each other, lowest index first: take the first of a run
     same = torch.zeros(groups, m, dtype=torch.bool, device=lo.device)
     same[:, 1:] = (cs[:, 1:] == cs[:, :-1]).all(2)
     index = torch.arange(m, device=lo.device).expand(groups, m)
     first = torch.where(same, 0, index).cummax(dim=1).values + base
-    labels = corder.reshape(-1)[first.reshape(-1)[picked.view(groups, -1)]]
+    sorted_id = first.reshape(-1).index_select(0, picked.view(-1))
+    labels = corder.reshape(-1).index_select(0, sorted_id).view(groups, -1)
     return labels, dist.view(groups, -1)
+
+
+def _buckets(span: torch.Tensor, m: int) -> tuple[list[int], torch.Tensor]:
+    """Window widths ``[WIDTHS below m..., m]`` and each block's bucket: the index of the
+    narrowest width holding its ``span`` centroids (``span <= m`` always)."""
+    widths = [w for w in WIDTHS if w < m] + [m]
+    return widths, torch.searchsorted(torch.tensor(widths, device=span.device), span)
 
 
 def _last_window(lo_flat: torch.Tensor, m: int, w: int) -> torch.Tensor:
