@@ -155,9 +155,9 @@ def _sorted_centroids(centroids: torch.Tensor):
     return cproj.contiguous(), corder, cs, (cs * cs).sum(2)
 
 
-def _score_blocks(xb, sqb, cs_flat, csq_flat, start, w, guess):
+def _score_blocks(xb, cs_flat, csq_flat, start, w, guess):
     """Nearest of the window ``start .. start + w`` (flat sorted ids ``[P]``) for every row of
-    the blocks ``xb [P, B, H]``: ``(flat sorted id [P, B], squared distance [P, B])``.
+    the blocks ``xb [P, B, H]``: ``(flat sorted id [P, B], its score ||c||^2 - 2 x.c [P, B])``.
 
     ``guess [P, B]`` (flat sorted ids, e.g. the previous labels) is kept wherever it attains the
     window's minimum score; the argmin runs only over the other rows. The scores are laid out
@@ -181,7 +181,7 @@ def _score_blocks(xb, sqb, cs_flat, csq_flat, start, w, guess):
     if p_idx.numel():
         arg = scores[p_idx, :, b_idx].argmin(dim=1)  # first minimum
         picked[p_idx, b_idx] = cand[p_idx, arg]
-    return picked, best.add_(sqb).clamp_min_(0.0)
+    return picked, best
 
 
 def nearest(
@@ -215,7 +215,6 @@ def nearest(
     guess_flat = (rank.gather(1, guess) + base).view(groups * nb, block)
     cs_flat, csq_flat = cs.reshape(groups * m, width), csq.reshape(groups * m)
     xb = rows.x.view(groups * nb, block, width)
-    sqb = rows.sq.view(groups * nb, block)
     picked = torch.empty(groups * nb, block, dtype=torch.int64, device=lo.device)
     dist = torch.empty(groups * nb, block, dtype=rows.x.dtype, device=lo.device)
     # every block in the narrowest bucket covering its window, one batched product per bucket
@@ -228,7 +227,6 @@ def nearest(
             start = torch.minimum(lo_flat[idx], _last_window(lo_flat[idx], m, w))
             pos, d2 = _score_blocks(
                 xb.index_select(0, idx),
-                sqb.index_select(0, idx),
                 cs_flat,
                 csq_flat,
                 start,
@@ -237,6 +235,7 @@ def nearest(
             )
             picked.index_copy_(0, idx, pos)
             dist.index_copy_(0, idx, d2)
+    dist.add_(rows.sq.view(groups * nb, block)).clamp_min_(0.0)
     # identical centroids sit next to each other, lowest index first: take the first of a run
     same = torch.zeros(groups, m, dtype=torch.bool, device=lo.device)
     same[:, 1:] = (cs[:, 1:] == cs[:, :-1]).all(2)

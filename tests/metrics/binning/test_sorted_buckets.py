@@ -68,9 +68,9 @@ def _widths_used(monkeypatch):
     used: list[int] = []
     score = S._score_blocks
 
-    def spy(xb, sqb, cs_flat, csq_flat, start, w, guess):
+    def spy(xb, cs_flat, csq_flat, start, w, guess):
         used.append(w)
-        return score(xb, sqb, cs_flat, csq_flat, start, w, guess)
+        return score(xb, cs_flat, csq_flat, start, w, guess)
 
     monkeypatch.setattr(S, "_score_blocks", spy)
     return used
