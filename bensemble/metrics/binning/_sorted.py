@@ -347,7 +347,7 @@ def lloyd(
             break
         ci, ri = (moved & keep[:, None]).nonzero(as_tuple=True)
         if ci.numel():
-            x = rows.x[ci, ri].to(_F64)
+            x = rows.x.view(-1, width).index_select(0, ci * n_rows + ri).to(_F64)
             old_slot, new_slot = ci * m + labels[ci, ri], ci * m + new_labels[ci, ri]
             sums.view(-1, width).index_add_(0, old_slot, x, alpha=-1.0)
             sums.view(-1, width).index_add_(0, new_slot, x)
