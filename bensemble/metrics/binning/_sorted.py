@@ -57,6 +57,8 @@ _F64 = torch.float64
 BLOCK = 256
 #: Bucket widths below ``M`` (each block is scored in the narrowest one holding its window).
 WIDTHS = (4, 8, 16, 32, 64)
+#: Share of blocks that must fit a bucket below ``M`` for the bucketed passes (else one full one).
+_FULL_BELOW = 0.9
 #: Bound on score elements per batched product (``blocks x window x rows``): cache-sized pieces.
 _PIECE = 1 << 20
 
@@ -254,8 +256,16 @@ def nearest(
 
 def _buckets(span: torch.Tensor, m: int) -> tuple[list[int], torch.Tensor]:
     """Window widths ``[WIDTHS below m..., m]`` and each block's bucket: the index of the
-    narrowest width holding its ``span`` centroids (``span <= m`` always)."""
+    narrowest width holding its ``span`` centroids (``span <= m`` always).
+
+    When fewer than :data:`_FULL_BELOW` of the blocks fit below ``m`` (or ``m <= 8``), every
+    block takes the full width ``m`` (one pass, no gathers): the width the single-bulk layout
+    used there, whose float64 scores of the last ``m mod 4`` centroids round differently from
+    a narrower window's, so the labels stay bit for bit the same."""
     widths = [w for w in WIDTHS if w < m] + [m]
+    fits = float((span <= widths[-2]).double().mean()) if len(widths) > 1 else 0.0
+    if m <= 8 or fits < _FULL_BELOW:
+        return [m], torch.zeros_like(span)
     return widths, torch.searchsorted(torch.tensor(widths, device=span.device), span)
 
 

@@ -16,10 +16,12 @@ M = 96  # above the widest listed bucket (64): the widest blocks take the full-w
 
 
 def _on_diagonal(g, n, m):
-    """Well separated centroids spread along the diagonal, rows near them: windows of 1-3."""
+    """Well separated centroids spread along the diagonal, rows near every tenth of them (a few
+    hundred rows each): windows of 1-4 centroids per block."""
     t = torch.linspace(0.05, 0.95, m, dtype=F64)[:, None].expand(m, H).clone()
     cent = t + 0.003 * torch.randn(m, H, generator=g, dtype=F64)
-    rows = cent[torch.randint(m, (n,), generator=g)] + 0.002 * torch.randn(n, H, generator=g)
+    near = cent[10 * torch.randint(m // 10, (n,), generator=g)]
+    rows = near + 0.002 * torch.randn(n, H, generator=g, dtype=F64)
     return rows, cent
 
 
@@ -36,7 +38,7 @@ def _one_projection(g, n, m):
 def _mixed(g, n, m):
     """Clusters of 3, 12 and 40 centroids sharing a projection, rows around each, a whole block
     of one duplicated row, and duplicated centroids: windows of every width in one group."""
-    sizes, levels = [3, 12, 40, m - 55], [0.3, 1.0, 2.0, 3.2]
+    sizes, levels = [3, 12, 40, m - 55], [0.0, 3.0, 6.0, 9.0]
     parts = []
     for size, level in zip(sizes, levels, strict=True):
         c = 0.2 * torch.randn(size, H, generator=g, dtype=F64)
@@ -53,11 +55,13 @@ def _mixed(g, n, m):
     return rows, cent
 
 
-def _chunk(dtype):
-    """One chunk of three groups (``[3, n, H]`` rows, ``[3, M, H]`` centroids)."""
+def _chunk(dtype, makes=(_on_diagonal,) * 12 + (_mixed,) * 2 + (_one_projection,)):
+    """One chunk of groups made by ``makes`` (``[C, n, H]`` rows, ``[C, M, H]`` centroids); by
+    default one group in fifteen needs all ``M`` centroids (the buckets run while >= 90% of the
+    blocks fit below ``M``)."""
     g = torch.Generator().manual_seed(7)
     n = 9 * S.BLOCK + 17  # padded to whole blocks
-    pairs = [make(g, n, M) for make in (_on_diagonal, _one_projection, _mixed)]
+    pairs = [make(g, n, M) for make in makes]
     rows = torch.stack([p[0] for p in pairs]).to(dtype)
     cent = torch.stack([p[1] for p in pairs]).to(dtype)
     return rows, cent
@@ -115,6 +119,16 @@ def test_buckets_match_one_full_width_pass(dtype, monkeypatch):
     assert set(used) == {M}
     assert torch.equal(labels, full)
     torch.testing.assert_close(dist, full_dist, rtol=0, atol=0)
+
+
+def test_mostly_wide_windows_take_one_full_width_pass(monkeypatch):
+    """Under 90% of the blocks below ``M``: every block against all ``M`` centroids at once."""
+    x, cent = _chunk(F64, makes=(_mixed, _one_projection))
+    rows = S.SortedRows.build(x)
+    used = _widths_used(monkeypatch)
+    labels, dist = S.nearest_from_scratch(rows, cent)
+    assert set(used) == {M}
+    _check_against_dense(x, cent, rows, labels, dist)
 
 
 def test_a_bucket_narrower_than_the_window_is_caught(monkeypatch):
