@@ -9,12 +9,18 @@ sorted by projection that is one contiguous *window* of them.
 
 Layout: the rows of ``C`` groups (the classes of a classwise fit) are sorted once by projection
 and cut into blocks of :data:`BLOCK` consecutive rows; a block's window is the union of its rows'
-windows. One batched product per pass scores every block against :data:`WIDTHS`-wide windows
-laid out ``[blocks, window, rows]``, so the minimum over the window is a fast reduction along a
-strided axis; the few blocks whose window is wider are scored again against a wider one. On the
-one-vs-rest member vectors of ``benchmarks/bench_eece_classwise.py`` (N = 20,000, 141 bins) the
-median block window holds 3-4 centroids and 90% of them at most ~27, against 141 for the dense
-product.
+windows. Each block goes to the narrowest width *bucket* (:data:`WIDTHS`, then all ``M``)
+holding its window, and one batched product per bucket scores its blocks (gathered with one
+``index_select``) against windows laid out ``[blocks, window, rows]``, so the minimum over the
+window is a fast reduction along a strided axis. On the imagenet-like one-vs-rest member
+vectors of ``benchmarks/bench_eece_classwise.py`` (N = 50,000, 200 bins, mid-Lloyd) the median
+block window holds 3 centroids, 90% at most 13: 1029 of 1568 blocks take width 4, 270 width 8,
+173 width 16, 77 width 32, 19 wider: 14.9k block-by-centroid products against 32.6k for one
+width covering 90% of the blocks (16 here) plus rescoring the rest wider. Widths below 4 are
+left out: there the CPU's batched product rounds some scores differently from the wider ones
+(widths 4, 8, 12, 16, 24, 32, 64, 128 and 200 gave bit-equal scores in float32 and float64 on
+the benchmark machine, an AVX-512 AMD EPYC; 1-3 did not), so the labels stay those of one
+shared width.
 
 **Exact.** Every centroid that can be nearest is scored: the window radius is inflated by a bound
 on the rounding of the scores ``||c||^2 - 2 x.c`` (:func:`_radius`), so the result is the dense
@@ -49,8 +55,10 @@ __all__ = [
 _F64 = torch.float64
 #: Rows per block (a block is scored against one window of centroids).
 BLOCK = 256
-#: Window widths tried for the bulk pass (the smallest covering 90% of the blocks is used).
-WIDTHS = (8, 16, 32, 64)
+#: Bucket widths below ``M`` (each block is scored in the narrowest one holding its window).
+WIDTHS = (4, 8, 16, 32, 64)
+#: Share of blocks that must fit a bucket below ``M`` for the bucketed passes (else one full one).
+_FULL_BELOW = 0.9
 #: Bound on score elements per batched product (``blocks x window x rows``): cache-sized pieces.
 _PIECE = 1 << 20
 
@@ -155,17 +163,21 @@ def _sorted_centroids(centroids: torch.Tensor):
     return cproj.contiguous(), corder, cs, (cs * cs).sum(2)
 
 
-def _score_blocks(xb, sqb, cs_flat, csq_flat, start, w, guess):
+def _score_blocks(xb, cs_flat, csq_flat, start, w, guess):
     """Nearest of the window ``start .. start + w`` (flat sorted ids ``[P]``) for every row of
-    the blocks ``xb [P, B, H]``: ``(flat sorted id [P, B], squared distance [P, B])``.
+    the blocks ``xb [P, B, H]``: ``(flat sorted id [P, B], its score ||c||^2 - 2 x.c [P, B])``.
 
     ``guess [P, B]`` (flat sorted ids, e.g. the previous labels) is kept wherever it attains the
     window's minimum score; the argmin runs only over the other rows. The scores are laid out
     ``[P, w, B]`` so that the minimum is a reduction along a strided axis (an argmin over a short
     last axis costs ~10x more per score)."""
     cand = start[:, None] + torch.arange(w, device=start.device)  # [P, w]
+    flat = cand.view(-1)
     scores = torch.baddbmm(
-        csq_flat[cand][:, :, None], cs_flat[cand], xb.transpose(1, 2), alpha=-2.0
+        csq_flat.index_select(0, flat).view(-1, w, 1),
+        cs_flat.index_select(0, flat).view(-1, w, xb.shape[2]),
+        xb.transpose(1, 2),
+        alpha=-2.0,
     )  # [P, w, B]
     best = scores.amin(dim=1)  # [P, B]
     pos = guess - start[:, None]
@@ -177,7 +189,7 @@ def _score_blocks(xb, sqb, cs_flat, csq_flat, start, w, guess):
     if p_idx.numel():
         arg = scores[p_idx, :, b_idx].argmin(dim=1)  # first minimum
         picked[p_idx, b_idx] = cand[p_idx, arg]
-    return picked, best.add_(sqb).clamp_min_(0.0)
+    return picked, best
 
 
 def nearest(
@@ -211,32 +223,50 @@ def nearest(
     guess_flat = (rank.gather(1, guess) + base).view(groups * nb, block)
     cs_flat, csq_flat = cs.reshape(groups * m, width), csq.reshape(groups * m)
     xb = rows.x.view(groups * nb, block, width)
-    sqb = rows.sq.view(groups * nb, block)
     picked = torch.empty(groups * nb, block, dtype=torch.int64, device=lo.device)
     dist = torch.empty(groups * nb, block, dtype=rows.x.dtype, device=lo.device)
-    covered = torch.zeros(groups * nb, dtype=torch.bool, device=lo.device)
-    # the bulk: every block against the smallest window covering 90% of them; then wider ones
-    widths = [w for w in WIDTHS if w < m] + [m]
-    bulk = next((w for w in widths if float((span <= w).double().mean()) >= 0.9), m)
-    for w in [bulk] + [w for w in widths if w > bulk]:
-        todo = (~covered).nonzero()[:, 0] if w > bulk else None
-        if todo is not None and todo.numel() == 0:
-            break
-        count = groups * nb if todo is None else todo.numel()
+    # every block in the narrowest bucket covering its window, one batched product per bucket
+    widths, bucket = _buckets(span, m)
+    for j, w in enumerate(widths):
+        todo = (bucket == j).nonzero()[:, 0]
         step = max(1, _PIECE // (w * block))
-        for a in range(0, count, step):
-            idx = slice(a, a + step) if todo is None else todo[a : a + step]
+        for a in range(0, todo.numel(), step):
+            idx = todo[a : a + step]
             start = torch.minimum(lo_flat[idx], _last_window(lo_flat[idx], m, w))
-            pos, d2 = _score_blocks(xb[idx], sqb[idx], cs_flat, csq_flat, start, w, guess_flat[idx])
-            picked[idx], dist[idx] = pos, d2
-            covered[idx] = span[idx] <= w
+            pos, d2 = _score_blocks(
+                xb.index_select(0, idx),
+                cs_flat,
+                csq_flat,
+                start,
+                w,
+                guess_flat.index_select(0, idx),
+            )
+            picked.index_copy_(0, idx, pos)
+            dist.index_copy_(0, idx, d2)
+    dist.add_(rows.sq.view(groups * nb, block)).clamp_min_(0.0)
     # identical centroids sit next to each other, lowest index first: take the first of a run
     same = torch.zeros(groups, m, dtype=torch.bool, device=lo.device)
     same[:, 1:] = (cs[:, 1:] == cs[:, :-1]).all(2)
     index = torch.arange(m, device=lo.device).expand(groups, m)
     first = torch.where(same, 0, index).cummax(dim=1).values + base
-    labels = corder.reshape(-1)[first.reshape(-1)[picked.view(groups, -1)]]
+    sorted_id = first.reshape(-1).index_select(0, picked.view(-1))
+    labels = corder.reshape(-1).index_select(0, sorted_id).view(groups, -1)
     return labels, dist.view(groups, -1)
+
+
+def _buckets(span: torch.Tensor, m: int) -> tuple[list[int], torch.Tensor]:
+    """Window widths ``[WIDTHS below m..., m]`` and each block's bucket: the index of the
+    narrowest width holding its ``span`` centroids (``span <= m`` always).
+
+    When fewer than :data:`_FULL_BELOW` of the blocks fit below ``m`` (or ``m <= 8``), every
+    block takes the full width ``m`` (one pass, no gathers): the width the single-bulk layout
+    used there, whose float64 scores of the last ``m mod 4`` centroids round differently from
+    a narrower window's, so the labels stay bit for bit the same."""
+    widths = [w for w in WIDTHS if w < m] + [m]
+    fits = float((span <= widths[-2]).double().mean()) if len(widths) > 1 else 0.0
+    if m <= 8 or fits < _FULL_BELOW:
+        return [m], torch.zeros_like(span)
+    return widths, torch.searchsorted(torch.tensor(widths, device=span.device), span)
 
 
 def _last_window(lo_flat: torch.Tensor, m: int, w: int) -> torch.Tensor:
@@ -333,7 +363,7 @@ def lloyd(
             break
         ci, ri = (moved & keep[:, None]).nonzero(as_tuple=True)
         if ci.numel():
-            x = rows.x[ci, ri].to(_F64)
+            x = rows.x.view(-1, width).index_select(0, ci * n_rows + ri).to(_F64)
             old_slot, new_slot = ci * m + labels[ci, ri], ci * m + new_labels[ci, ri]
             sums.view(-1, width).index_add_(0, old_slot, x, alpha=-1.0)
             sums.view(-1, width).index_add_(0, new_slot, x)
